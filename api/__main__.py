@@ -1,0 +1,5 @@
+import sys
+
+from cdcflow.cli import main
+
+sys.exit(main())

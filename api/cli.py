@@ -1,0 +1,141 @@
+"""The ``cdcflow`` command line: ``python -m cdcflow inspect FILE``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator, Sequence
+from datetime import date, datetime, time, timedelta
+from decimal import Decimal
+from importlib import resources
+from pathlib import Path
+from typing import IO, Any
+
+from cdcflow.core import CdcflowError, ChangelogDataError, from_changelog
+
+EXAMPLE = "flat-changes.jsonl"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.command(args))
+    except CdcflowError as error:
+        print(f"cdcflow: {error}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cdcflow", description=__doc__)
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+    inspect = commands.add_parser(
+        "inspect",
+        help="print the changelog of a file of change records",
+        description="Read one JSON change record per line (flat records with an operation field, spec "
+        "4.1.1) and print the changelog FROM_CHANGELOG makes of them, Flink-style (+I[5, name]).",
+    )
+    inspect.add_argument(
+        "file", nargs="?", help=f"JSON-lines file, '-' for stdin; default: the bundled {EXAMPLE}"
+    )
+    inspect.add_argument("--json", action="store_true", help='one {"kind": ..., "row": ...} object per line')
+    inspect.add_argument("--op", default="op", help="the field holding the operation code (default: op)")
+    inspect.add_argument(
+        "--op-mapping",
+        action="append",
+        metavar="CODES=KINDS",
+        help="map operation codes to row kinds, e.g. 'c, r=INSERT' or 'u=UPDATE_BEFORE, UPDATE_AFTER'; "
+        "repeat for each entry (default: INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE)",
+    )
+    inspect.add_argument(
+        "--invalid-op-handling", default="FAIL", choices=["FAIL", "LOG", "SKIP"], type=str.upper
+    )
+    inspect.set_defaults(command=_inspect)
+    return parser
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    mapping = _op_mapping(args.op_mapping)
+    with _open(args.file) as (name, stream):
+        changes = from_changelog(
+            _json_lines(name, stream),
+            op=args.op,
+            op_mapping=mapping,
+            invalid_op_handling=args.invalid_op_handling,
+        )
+        out = sys.stdout
+        for change in changes:
+            out.write(json.dumps(change.to_json_obj(), default=_json_value) if args.json else str(change))
+            out.write("\n")
+    return 0
+
+
+def _op_mapping(entries: list[str] | None) -> dict[str, str] | None:
+    if not entries:
+        return None
+    mapping = {}
+    for entry in entries:
+        codes, sep, kinds = entry.rpartition("=")
+        if not sep:
+            raise CdcflowError(f"--op-mapping '{entry}' must look like CODES=KINDS, e.g. 'c, r=INSERT'")
+        mapping[codes] = kinds
+    return mapping
+
+
+class _open:
+    """The input file, stdin, or the bundled example, as a context manager."""
+
+    def __init__(self, file: str | None) -> None:
+        self.file = file
+        self._handle: IO[str] | None = None
+
+    def __enter__(self) -> tuple[str, IO[str]]:
+        if self.file == "-":
+            return "<stdin>", sys.stdin
+        if self.file is None:
+            example = resources.files("cdcflow") / "examples" / EXAMPLE
+            print(f"cdcflow: no FILE given, inspecting the bundled example {EXAMPLE}", file=sys.stderr)
+            self._handle = example.open("r", encoding="utf-8")
+            return EXAMPLE, self._handle
+        path = Path(self.file)
+        if not path.is_file():
+            raise CdcflowError(f"{self.file}: no such file; pass a JSON-lines file of change records")
+        self._handle = path.open("r", encoding="utf-8")
+        return self.file, self._handle
+
+    def __exit__(self, *exc: object) -> None:
+        if self._handle is not None:
+            self._handle.close()
+
+
+def _json_lines(name: str, stream: IO[str]) -> Iterator[dict[str, Any]]:
+    for number, line in enumerate(stream, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ChangelogDataError(
+                f"{name}:{number}: not valid JSON ({error.msg} at column {error.colno}); each line must "
+                "hold one JSON object"
+            ) from None
+        if not isinstance(record, dict):
+            raise ChangelogDataError(
+                f"{name}:{number}: expected a JSON object per line, got {type(record).__name__}"
+            )
+        yield record
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, (datetime, date, time)):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).hex()
+    raise TypeError(f"cannot write {type(value).__name__} as JSON")

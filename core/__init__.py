@@ -1,0 +1,43 @@
+"""The changelog engine: row kinds, FROM_CHANGELOG and TO_CHANGELOG, free of Spark and Kafka."""
+
+from cdcflow.core.errors import (
+    CdcflowError,
+    ChangelogDataError,
+    ChangelogValidationError,
+    InvalidOperationError,
+    NullKeyError,
+    NullOperationError,
+    OpMappingError,
+)
+from cdcflow.core.from_changelog import FromChangelog, from_changelog
+from cdcflow.core.model import Change, ChangelogMetrics, Rejected, Watermark
+from cdcflow.core.params import InvalidOpHandling, plan_from_changelog, plan_to_changelog
+from cdcflow.core.rowkind import ChangelogMode, RowKind
+from cdcflow.core.state import InMemoryStateStore, KeyState, StateStore
+from cdcflow.core.to_changelog import ToChangelog, to_changelog
+
+__all__ = [
+    "CdcflowError",
+    "Change",
+    "ChangelogDataError",
+    "ChangelogMetrics",
+    "ChangelogMode",
+    "ChangelogValidationError",
+    "FromChangelog",
+    "InMemoryStateStore",
+    "InvalidOpHandling",
+    "InvalidOperationError",
+    "KeyState",
+    "NullKeyError",
+    "NullOperationError",
+    "OpMappingError",
+    "Rejected",
+    "RowKind",
+    "StateStore",
+    "ToChangelog",
+    "Watermark",
+    "from_changelog",
+    "plan_from_changelog",
+    "plan_to_changelog",
+    "to_changelog",
+]
