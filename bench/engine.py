@@ -101,29 +101,60 @@ def main() -> None:
     upserts = upsert_rows(n, keys, rng)
     retract = retract_changes(n, keys, rng)
     cases: list[tuple[str, int, Callable[[], Iterator[Any]], Callable[[], Iterator[Any]]]] = [
-        ("from_changelog flat, default mapping (stateless)", n,
-         lambda: from_changelog(flat), lambda: baseline_flat(flat)),
-        ("from_changelog Debezium u -> -U/+U + passthrough (stateless)", n,
-         lambda: from_changelog(debezium, before="before", after="after", passthrough="ts_ms",
-                                op_mapping={"u": "UPDATE_BEFORE, UPDATE_AFTER"}),
-         lambda: baseline_debezium(debezium)),
-        (f"from_changelog upsert -> retract over {keys} keys (stateful)", n,
-         lambda: from_changelog(upserts, partition_by="id", state_ttl=0,
-                                op_mapping={"upsert": "INSERT, UPDATE_BEFORE, UPDATE_AFTER"}),
-         lambda: baseline_upsert(upserts)),
-        (f"to_changelog -U/+U -> one 'u' over {keys} keys (stateful)", len(retract),
-         lambda: to_changelog(retract, before="before", after="after", partition_by="id",
-                              op_mapping={"UPDATE_BEFORE, UPDATE_AFTER": "u"}),
-         lambda: baseline_combine(retract)),
+        (
+            "from_changelog flat, default mapping (stateless)",
+            n,
+            lambda: from_changelog(flat),
+            lambda: baseline_flat(flat),
+        ),
+        (
+            "from_changelog Debezium u -> -U/+U + passthrough (stateless)",
+            n,
+            lambda: from_changelog(
+                debezium,
+                before="before",
+                after="after",
+                passthrough="ts_ms",
+                op_mapping={"u": "UPDATE_BEFORE, UPDATE_AFTER"},
+            ),
+            lambda: baseline_debezium(debezium),
+        ),
+        (
+            f"from_changelog upsert -> retract over {keys} keys (stateful)",
+            n,
+            lambda: from_changelog(
+                upserts,
+                partition_by="id",
+                state_ttl=0,
+                op_mapping={"upsert": "INSERT, UPDATE_BEFORE, UPDATE_AFTER"},
+            ),
+            lambda: baseline_upsert(upserts),
+        ),
+        (
+            f"to_changelog -U/+U -> one 'u' over {keys} keys (stateful)",
+            len(retract),
+            lambda: to_changelog(
+                retract,
+                before="before",
+                after="after",
+                partition_by="id",
+                op_mapping={"UPDATE_BEFORE, UPDATE_AFTER": "u"},
+            ),
+            lambda: baseline_combine(retract),
+        ),
     ]
-    print(f"engine benchmark: {n:,} input rows per case, {keys:,} keys; ratio = engine rows/s / baseline rows/s")
+    print(
+        f"engine benchmark: {n:,} input rows per case, {keys:,} keys; ratio = engine rows/s / baseline rows/s"
+    )
     for name, rows_in, engine, baseline in cases:
         base_seconds, base_out = timed(baseline)
         engine_seconds, engine_out = timed(engine)
         assert engine_out == base_out, f"{name}: engine produced {engine_out} rows, baseline {base_out}"
         engine_rate, base_rate = rows_in / engine_seconds, rows_in / base_seconds
-        print(f"  {name}\n    engine {engine_rate:>12,.0f} rows/s   raw loop {base_rate:>12,.0f} rows/s"
-              f"   ratio {engine_rate / base_rate:.2f}")
+        print(
+            f"  {name}\n    engine {engine_rate:>12,.0f} rows/s   raw loop {base_rate:>12,.0f} rows/s"
+            f"   ratio {engine_rate / base_rate:.2f}"
+        )
 
 
 if __name__ == "__main__":

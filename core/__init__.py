@@ -9,12 +9,12 @@ from cdcflow.core.errors import (
     NullOperationError,
     OpMappingError,
 )
-from cdcflow.core.from_changelog import FromChangelog, from_changelog
+from cdcflow.core.from_envelopes import FromChangelog, from_changelog
 from cdcflow.core.model import Change, ChangelogMetrics, Rejected, Watermark
 from cdcflow.core.params import InvalidOpHandling, plan_from_changelog, plan_to_changelog
 from cdcflow.core.rowkind import ChangelogMode, RowKind
 from cdcflow.core.state import InMemoryStateStore, KeyState, StateStore
-from cdcflow.core.to_changelog import ToChangelog, to_changelog
+from cdcflow.core.to_envelopes import ToChangelog, to_changelog
 
 __all__ = [
     "CdcflowError",

@@ -125,9 +125,7 @@ def _entries(mapping: OpMappingInput) -> list[tuple[tuple[str, ...], tuple[str, 
         pairs = []
         for pair in mapping:
             if not (isinstance(pair, Sequence) and not isinstance(pair, str) and len(pair) == 2):
-                raise OpMappingError(
-                    f"op_mapping as a list must hold (key, value) pairs, got {pair!r}"
-                )
+                raise OpMappingError(f"op_mapping as a list must hold (key, value) pairs, got {pair!r}")
             pairs.append((pair[0], pair[1]))
     else:
         raise OpMappingError(

@@ -35,7 +35,7 @@ class KeyState:
 
 
 class StateStore(Protocol):
-    """Where keyed state lives. Keys are tuples of the ``partition_by`` values."""
+    """Where keyed state lives. A key is the ``partition_by`` value (a tuple for several columns)."""
 
     def get(self, key: Hashable) -> KeyState | None: ...
 

@@ -3,6 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
-echo "== ruff"; .venv/bin/ruff check .
+echo "== ruff"; .venv/bin/ruff check . && .venv/bin/ruff format --check -q .
 echo "== mypy"; .venv/bin/mypy -p cdcflow
 echo "== pytest"; .venv/bin/python -m pytest "$@"

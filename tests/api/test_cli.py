@@ -10,14 +10,20 @@ from pathlib import Path
 
 def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(  # noqa: S603 - our own module, fixed arguments
-        [sys.executable, "-m", "cdcflow", *args], capture_output=True, text=True, input=stdin, timeout=60,
+        [sys.executable, "-m", "cdcflow", *args],
+        capture_output=True,
+        text=True,
+        input=stdin,
+        timeout=60,
         check=False,
     )
 
 
 def test_inspect_prints_flink_style_rows(tmp_path: Path) -> None:
     file = tmp_path / "flat.jsonl"
-    file.write_text('{"op": "INSERT", "id": 5, "name": "name"}\n\n{"op": "DELETE", "id": 5, "name": "name"}\n')
+    file.write_text(
+        '{"op": "INSERT", "id": 5, "name": "name"}\n\n{"op": "DELETE", "id": 5, "name": "name"}\n'
+    )
     result = run_cli("inspect", str(file))
     assert result.returncode == 0, result.stderr
     assert result.stdout == "+I[5, name]\n-D[5, name]\n"
@@ -35,8 +41,19 @@ def test_inspect_json_writes_kind_and_row_objects(tmp_path: Path) -> None:
 
 def test_inspect_with_custom_op_field_and_mapping_from_stdin() -> None:
     lines = '{"type": "c", "id": 1}\n{"type": "u", "id": 1}\n{"type": "d", "id": 1}\n'
-    result = run_cli("inspect", "-", "--op", "type", "--op-mapping", "c, r=INSERT", "--op-mapping",
-                     "u=UPDATE_AFTER", "--op-mapping", "d=DELETE", stdin=lines)
+    result = run_cli(
+        "inspect",
+        "-",
+        "--op",
+        "type",
+        "--op-mapping",
+        "c, r=INSERT",
+        "--op-mapping",
+        "u=UPDATE_AFTER",
+        "--op-mapping",
+        "d=DELETE",
+        stdin=lines,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["+I[1]", "+U[1]", "-D[1]"]
 
@@ -46,7 +63,10 @@ def test_inspect_without_file_reads_the_bundled_example() -> None:
     assert result.returncode == 0, result.stderr
     assert "bundled example" in result.stderr
     assert result.stdout.splitlines()[:4] == [
-        "+I[1, Alice, Berlin]", "+I[2, Bob, Paris]", "-U[1, Alice, Berlin]", "+U[1, Alice, Lisbon]"
+        "+I[1, Alice, Berlin]",
+        "+I[2, Bob, Paris]",
+        "-U[1, Alice, Berlin]",
+        "+U[1, Alice, Lisbon]",
     ]
 
 

@@ -14,10 +14,21 @@ from cdcflow.core.flinkstr import format_value, java_double
 @pytest.mark.parametrize(
     ("value", "text"),
     [
-        (1.0, "1.0"), (3.14, "3.14"), (-0.5, "-0.5"), (0.0, "0.0"), (-0.0, "-0.0"), (1e7, "1.0E7"),
-        (12345678.9, "1.23456789E7"), (0.001, "0.001"), (0.0001, "1.0E-4"), (1.5e-10, "1.5E-10"),
-        (9999999.0, "9999999.0"), (float("nan"), "NaN"), (float("inf"), "Infinity"),
-        (float("-inf"), "-Infinity"), (1e300, "1.0E300"),
+        (1.0, "1.0"),
+        (3.14, "3.14"),
+        (-0.5, "-0.5"),
+        (0.0, "0.0"),
+        (-0.0, "-0.0"),
+        (1e7, "1.0E7"),
+        (12345678.9, "1.23456789E7"),
+        (0.001, "0.001"),
+        (0.0001, "1.0E-4"),
+        (1.5e-10, "1.5E-10"),
+        (9999999.0, "9999999.0"),
+        (float("nan"), "NaN"),
+        (float("inf"), "Infinity"),
+        (float("-inf"), "-Infinity"),
+        (1e300, "1.0E300"),
     ],
 )
 def test_java_double_to_string(value: float, text: str) -> None:
@@ -27,13 +38,20 @@ def test_java_double_to_string(value: float, text: str) -> None:
 @pytest.mark.parametrize(
     ("value", "text"),
     [
-        (None, "null"), (True, "true"), ("a b", "a b"), (Decimal("3.140"), "3.140"), (7, "7"),
+        (None, "null"),
+        (True, "true"),
+        ("a b", "a b"),
+        (Decimal("3.140"), "3.140"),
+        (7, "7"),
         (dt.datetime(2020, 1, 1, 10, 0), "2020-01-01T10:00"),
         (dt.datetime(2020, 1, 1, 10, 0, 5, 120000), "2020-01-01T10:00:05.120"),
         (dt.datetime(2020, 1, 1, 10, 0, 5, 123456), "2020-01-01T10:00:05.123456"),
         (dt.datetime(2020, 1, 1, 10, 0, tzinfo=dt.timezone.utc), "2020-01-01T10:00Z"),
-        (dt.date(2020, 1, 2), "2020-01-02"), (dt.time(9, 5), "09:05"),
-        ({"id": 1, "n": None}, "{id=1, n=null}"), ([1, "x"], "[1, x]"), (b"\x01\x02", "AQI="),
+        (dt.date(2020, 1, 2), "2020-01-02"),
+        (dt.time(9, 5), "09:05"),
+        ({"id": 1, "n": None}, "{id=1, n=null}"),
+        ([1, "x"], "[1, x]"),
+        (b"\x01\x02", "AQI="),
     ],
 )
 def test_format_value(value: Any, text: str) -> None:

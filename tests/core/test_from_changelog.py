@@ -48,7 +48,9 @@ def test_null_key_fails_naming_the_key_column() -> None:
 
 
 def test_unknown_op_fails_by_default_listing_known_codes() -> None:
-    with pytest.raises(InvalidOperationError, match=r"unknown operation code 'x'; op_mapping knows \['c', 'd'\]"):
+    with pytest.raises(
+        InvalidOperationError, match=r"unknown operation code 'x'; op_mapping knows \['c', 'd'\]"
+    ):
         list(from_changelog([{"op": "x", "id": 1}], op_mapping={"c": "INSERT", "d": "DELETE"}))
 
 
@@ -57,7 +59,9 @@ def test_log_skips_with_a_warning_and_hands_the_record_over(caplog: pytest.LogCa
     dead_letters: list[Rejected] = []
     rows = [{"op": "INSERT", "id": 1}, {"op": "TRUNCATE", "id": 2}, {"op": "DELETE", "id": 1}]
     with caplog.at_level(logging.WARNING, logger="cdcflow"):
-        out = list(from_changelog(rows, invalid_op_handling="log", metrics=metrics, on_reject=dead_letters.append))
+        out = list(
+            from_changelog(rows, invalid_op_handling="log", metrics=metrics, on_reject=dead_letters.append)
+        )
     assert out == [ins(id=1), dele(id=1)]
     assert metrics.invalid_ops == 1
     assert [r.record for r in dead_letters] == [{"op": "TRUNCATE", "id": 2}]
@@ -103,7 +107,9 @@ def test_flat_update_pair_needs_state_or_a_before_field() -> None:
     with pytest.raises(ChangelogValidationError, match="no separate before image"):
         plan_from_changelog(op_mapping={"u": "UPDATE_BEFORE, UPDATE_AFTER"})
     with pytest.raises(ChangelogValidationError, match="no separate before image"):
-        plan_from_changelog(before="payload", after="payload", op_mapping={"u": "UPDATE_BEFORE, UPDATE_AFTER"})
+        plan_from_changelog(
+            before="payload", after="payload", op_mapping={"u": "UPDATE_BEFORE, UPDATE_AFTER"}
+        )
 
 
 @pytest.mark.parametrize(
@@ -126,7 +132,11 @@ def test_parameter_errors(params: dict[str, Any], message: str) -> None:
 def test_update_without_before_image_names_the_replica_identity_fix() -> None:
     rows = [{"op": "u", "before": None, "after": {"id": 1, "v": 2}}]
     with pytest.raises(ChangelogDataError, match="REPLICA IDENTITY FULL"):
-        list(from_changelog(rows, before="before", after="after", op_mapping={"u": "UPDATE_BEFORE, UPDATE_AFTER"}))
+        list(
+            from_changelog(
+                rows, before="before", after="after", op_mapping={"u": "UPDATE_BEFORE, UPDATE_AFTER"}
+            )
+        )
 
 
 def test_stateful_update_without_before_image_uses_stored_image_then_insert() -> None:
@@ -135,8 +145,16 @@ def test_stateful_update_without_before_image_uses_stored_image_then_insert() ->
         {"op": "u", "before": None, "after": {"id": 1, "v": 2}},
         {"op": "u", "before": {"id": 1, "v": 20}, "after": {"id": 1, "v": 3}},
     ]
-    out = list(from_changelog(rows, before="before", after="after", partition_by="id", state_ttl=0,
-                              op_mapping={"u": "UPDATE_BEFORE, UPDATE_AFTER"}))
+    out = list(
+        from_changelog(
+            rows,
+            before="before",
+            after="after",
+            partition_by="id",
+            state_ttl=0,
+            op_mapping={"u": "UPDATE_BEFORE, UPDATE_AFTER"},
+        )
+    )
     # Unknown key and no before image: an insert (4.3.3); then the stored image; then the record's own.
     assert out == [ins(id=1, v=1), ub(id=1, v=1), ua(id=1, v=2), ub(id=1, v=20), ua(id=1, v=3)]
 
@@ -184,8 +202,11 @@ def test_zero_ttl_keeps_state_forever() -> None:
             clock.now = step * 10**9
             yield row
 
-    out = list(from_changelog(timed(), partition_by="id", state_ttl=timedelta(0), clock=clock,
-                              op_mapping=UPSERT_RETRACT))
+    out = list(
+        from_changelog(
+            timed(), partition_by="id", state_ttl=timedelta(0), clock=clock, op_mapping=UPSERT_RETRACT
+        )
+    )
     assert out == [ins(id=1, v="a"), ub(id=1, v="a"), ua(id=1, v="b")]
 
 

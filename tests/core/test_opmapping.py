@@ -25,11 +25,15 @@ def test_from_mapping_splits_comma_lists_on_both_sides() -> None:
 def test_from_mapping_array_form_as_dict_and_as_pairs() -> None:
     as_dict = parse_from_op_mapping({("c", "r"): ["INSERT"], ("u",): ["UPDATE_BEFORE", "UPDATE_AFTER"]})
     as_pairs = parse_from_op_mapping([(["c", "r"], ["INSERT"]), (["u"], ["UPDATE_BEFORE", "UPDATE_AFTER"])])
-    assert as_dict.groups == as_pairs.groups == {
-        "c": frozenset({INSERT}),
-        "r": frozenset({INSERT}),
-        "u": frozenset({UB, UA}),
-    }
+    assert (
+        as_dict.groups
+        == as_pairs.groups
+        == {
+            "c": frozenset({INSERT}),
+            "r": frozenset({INSERT}),
+            "u": frozenset({UB, UA}),
+        }
+    )
 
 
 def test_default_mappings_are_the_row_kind_names_both_ways() -> None:
@@ -42,7 +46,12 @@ def test_default_mappings_are_the_row_kind_names_both_ways() -> None:
         "UPDATE_AFTER": {UA},
         "DELETE": {DELETE},
     }
-    assert dict(to_default.codes) == {INSERT: "INSERT", UB: "UPDATE_BEFORE", UA: "UPDATE_AFTER", DELETE: "DELETE"}
+    assert dict(to_default.codes) == {
+        INSERT: "INSERT",
+        UB: "UPDATE_BEFORE",
+        UA: "UPDATE_AFTER",
+        DELETE: "DELETE",
+    }
 
 
 def test_to_mapping_many_kinds_to_one_code_and_combined_updates() -> None:
@@ -57,8 +66,16 @@ def test_to_mapping_many_kinds_to_one_code_and_combined_updates() -> None:
 
 @pytest.mark.parametrize(
     "grouping",
-    ["INSERT", "DELETE", "UPDATE_BEFORE", "UPDATE_AFTER", "UPDATE_BEFORE, UPDATE_AFTER",
-     "INSERT, UPDATE_AFTER", "INSERT, UPDATE_BEFORE, UPDATE_AFTER", "UPDATE_AFTER, INSERT"],
+    [
+        "INSERT",
+        "DELETE",
+        "UPDATE_BEFORE",
+        "UPDATE_AFTER",
+        "UPDATE_BEFORE, UPDATE_AFTER",
+        "INSERT, UPDATE_AFTER",
+        "INSERT, UPDATE_BEFORE, UPDATE_AFTER",
+        "UPDATE_AFTER, INSERT",
+    ],
 )
 def test_valid_groupings_are_accepted_in_both_directions(grouping: str) -> None:
     parse_from_op_mapping({"x": grouping})
@@ -67,8 +84,14 @@ def test_valid_groupings_are_accepted_in_both_directions(grouping: str) -> None:
 
 @pytest.mark.parametrize(
     "grouping",
-    ["INSERT, DELETE", "UPDATE_BEFORE, DELETE", "INSERT, UPDATE_BEFORE", "UPDATE_AFTER, DELETE",
-     "INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE", "UPDATE_BEFORE, UPDATE_AFTER, DELETE"],
+    [
+        "INSERT, DELETE",
+        "UPDATE_BEFORE, DELETE",
+        "INSERT, UPDATE_BEFORE",
+        "UPDATE_AFTER, DELETE",
+        "INSERT, UPDATE_BEFORE, UPDATE_AFTER, DELETE",
+        "UPDATE_BEFORE, UPDATE_AFTER, DELETE",
+    ],
 )
 def test_incompatible_groupings_are_rejected_naming_the_rule(grouping: str) -> None:
     with pytest.raises(OpMappingError, match="rule: a group is a single row kind"):
@@ -79,7 +102,9 @@ def test_incompatible_groupings_are_rejected_naming_the_rule(grouping: str) -> N
 
 def test_neither_side_a_row_kind_fails_naming_the_side_that_must_hold_kinds() -> None:
     # Spec 4.3.6: MAP['MY_INSERT', 'NEW_INSERT'] fails at planning.
-    with pytest.raises(OpMappingError, match=r"value 'NEW_INSERT' is not a row kind name.*rule: all row kind"):
+    with pytest.raises(
+        OpMappingError, match=r"value 'NEW_INSERT' is not a row kind name.*rule: all row kind"
+    ):
         parse_from_op_mapping({"MY_INSERT": "NEW_INSERT"})
     with pytest.raises(OpMappingError, match=r"key 'MY_INSERT' is not a row kind name.*rule: all row kind"):
         parse_to_op_mapping({"MY_INSERT": "NEW_INSERT"})

@@ -49,8 +49,16 @@ def test_from_to_round_trip_of_an_upsert_changelog_with_defaults(raw: list[tuple
 @given(steps)
 def test_from_to_round_trip_of_a_retract_changelog_as_debezium(raw: list[tuple[int, str, Any]]) -> None:
     changelog = _valid_changelog(raw, retract=True)
-    envelopes = list(to_changelog(changelog, before="before", after="after", partition_by="id",
-                                  produces_full_deletes=True, op_mapping=DEBEZIUM_TO))
+    envelopes = list(
+        to_changelog(
+            changelog,
+            before="before",
+            after="after",
+            partition_by="id",
+            produces_full_deletes=True,
+            op_mapping=DEBEZIUM_TO,
+        )
+    )
     assert len(envelopes) == sum(1 for c in changelog if c.kind is not UB)
     back = from_changelog(envelopes, before="before", after="after", op_mapping=DEBEZIUM_FROM)
     assert list(back) == changelog
@@ -72,8 +80,11 @@ def test_to_from_round_trip_of_flat_records_with_defaults(records: list[dict[str
 debezium_records = st.lists(
     st.one_of(
         st.builds(lambda a: {"op": "c", "before": None, "after": a}, st.fixed_dictionaries({"id": values})),
-        st.builds(lambda b, a: {"op": "u", "before": b, "after": a},
-                  st.fixed_dictionaries({"id": values}), st.fixed_dictionaries({"id": values})),
+        st.builds(
+            lambda b, a: {"op": "u", "before": b, "after": a},
+            st.fixed_dictionaries({"id": values}),
+            st.fixed_dictionaries({"id": values}),
+        ),
         st.builds(lambda b: {"op": "d", "before": b, "after": None}, st.fixed_dictionaries({"id": values})),
     ),
     max_size=30,
@@ -83,8 +94,9 @@ debezium_records = st.lists(
 @given(debezium_records)
 def test_to_from_round_trip_of_debezium_envelopes(records: list[dict[str, Any]]) -> None:
     changes = from_changelog(records, before="before", after="after", op_mapping=DEBEZIUM_FROM)
-    out = to_changelog(changes, before="before", after="after", produces_full_deletes=True,
-                       op_mapping=DEBEZIUM_TO)
+    out = to_changelog(
+        changes, before="before", after="after", produces_full_deletes=True, op_mapping=DEBEZIUM_TO
+    )
     assert list(out) == records
 
 
@@ -123,7 +135,14 @@ def test_upsert_to_retract_materializes_to_the_same_table(raw: list[tuple[int, s
         else:
             live[key] = value
             records.append({"op": "upsert", "id": key, "v": value})
-    retract = list(from_changelog(records, partition_by="id", state_ttl=0, consume_full_deletes=True,
-                                  op_mapping={"upsert": "INSERT, UPDATE_BEFORE, UPDATE_AFTER", "delete": "DELETE"}))
+    retract = list(
+        from_changelog(
+            records,
+            partition_by="id",
+            state_ttl=0,
+            consume_full_deletes=True,
+            op_mapping={"upsert": "INSERT, UPDATE_BEFORE, UPDATE_AFTER", "delete": "DELETE"},
+        )
+    )
     assert _materialize_retract(retract) == _materialize_upsert(records)
     assert {c.kind for c in retract} <= {INSERT, UB, UA, DELETE}

@@ -35,6 +35,10 @@ def test_modes() -> None:
 def test_from_changelog_declares_its_output_mode_from_mapping_and_delete_kind() -> None:
     upsert = plan_from_changelog(op_mapping={"c, r": "INSERT", "u": "UPDATE_AFTER", "d": "DELETE"})
     assert upsert.output_mode == ChangelogMode.upsert(key_only_deletes=True)
-    full = plan_from_changelog(before="b", after="a", consume_full_deletes=True,
-                               op_mapping={"c": "INSERT", "u": "UPDATE_BEFORE, UPDATE_AFTER", "d": "DELETE"})
+    full = plan_from_changelog(
+        before="b",
+        after="a",
+        consume_full_deletes=True,
+        op_mapping={"c": "INSERT", "u": "UPDATE_BEFORE, UPDATE_AFTER", "d": "DELETE"},
+    )
     assert full.output_mode == ChangelogMode.retract()

@@ -9,7 +9,13 @@ import pytest
 from helpers import FakeClock, dele, ins, ua, ub
 
 from cdcflow import Watermark, to_changelog
-from cdcflow.core import ChangelogDataError, ChangelogMetrics, ChangelogValidationError, NullKeyError, ToChangelog
+from cdcflow.core import (
+    ChangelogDataError,
+    ChangelogMetrics,
+    ChangelogValidationError,
+    NullKeyError,
+    ToChangelog,
+)
 from cdcflow.core.params import plan_to_changelog
 
 DEBEZIUM = {"INSERT": "c", "UPDATE_BEFORE, UPDATE_AFTER": "u", "DELETE": "d"}
@@ -58,8 +64,16 @@ def test_combined_update_waits_for_its_update_after_per_key() -> None:
 
 
 def test_orphaned_update_before_is_written_not_lost() -> None:
-    out = list(to_changelog([ub(id=1, v="a"), dele(id=1, v="a"), ub(id=2, v="z")], before="b", after="a",
-                            partition_by="id", produces_full_deletes=True, op_mapping=DEBEZIUM))
+    out = list(
+        to_changelog(
+            [ub(id=1, v="a"), dele(id=1, v="a"), ub(id=2, v="z")],
+            before="b",
+            after="a",
+            partition_by="id",
+            produces_full_deletes=True,
+            op_mapping=DEBEZIUM,
+        )
+    )
     assert out == [
         {"op": "u", "b": {"id": 1, "v": "a"}, "a": None},
         {"op": "d", "b": {"id": 1, "v": "a"}, "a": None},
@@ -88,9 +102,17 @@ def test_expired_pending_update_before_is_dropped_and_update_becomes_insert() ->
 
 def test_upsert_input_gets_before_image_from_state_and_full_deletes_from_state() -> None:
     changes = [ins(id=1, v="a"), ua(id=1, v="b"), dele(id=1)]
-    out = list(to_changelog(changes, before="b", after="a", partition_by="id", state_ttl=0,
-                            produces_full_deletes=True, op_mapping={"INSERT": "c", "UPDATE_AFTER": "u",
-                                                                     "DELETE": "d"}))
+    out = list(
+        to_changelog(
+            changes,
+            before="b",
+            after="a",
+            partition_by="id",
+            state_ttl=0,
+            produces_full_deletes=True,
+            op_mapping={"INSERT": "c", "UPDATE_AFTER": "u", "DELETE": "d"},
+        )
+    )
     assert out == [
         {"op": "c", "b": None, "a": {"id": 1, "v": "a"}},
         {"op": "u", "b": {"id": 1, "v": "a"}, "a": {"id": 1, "v": "b"}},
@@ -104,8 +126,11 @@ def test_single_payload_field_holds_the_row() -> None:
 
 
 def test_passthrough_stays_top_level_and_leaves_the_images() -> None:
-    out = list(to_changelog([ub(id=1, ts=1), ua(id=1, ts=2)], before="b", after="a", passthrough="ts",
-                            op_mapping=DEBEZIUM))
+    out = list(
+        to_changelog(
+            [ub(id=1, ts=1), ua(id=1, ts=2)], before="b", after="a", passthrough="ts", op_mapping=DEBEZIUM
+        )
+    )
     assert out == [{"op": "u", "ts": 2, "b": {"id": 1}, "a": {"id": 1}}]
     assert list(out[0]) == ["op", "ts", "b", "a"]
 
@@ -131,7 +156,9 @@ def test_parameter_errors(params: dict[str, Any], message: str) -> None:
 def test_on_time_buffers_until_the_watermark_and_hides_the_time_column() -> None:
     items: list[Any] = [ins(id=1, t=5), ins(id=2, t=3), Watermark(4), ins(id=3, t=1), Watermark(9)]
     conversion = ToChangelog(plan_to_changelog(on_time="t"))
-    out = [conversion.process(i) if not isinstance(i, Watermark) else conversion.on_watermark(i) for i in items]
+    out = [
+        conversion.process(i) if not isinstance(i, Watermark) else conversion.on_watermark(i) for i in items
+    ]
     assert out == [
         [],
         [],

@@ -30,7 +30,6 @@ from cdcflow.core.state import Clock, InMemoryStateStore, KeyState, StateStore, 
 logger = logging.getLogger(__name__)
 
 
-
 class FromChangelog:
     """A FROM_CHANGELOG conversion: feed records and watermarks, collect changes.
 
@@ -51,7 +50,9 @@ class FromChangelog:
         self.metrics = metrics if metrics is not None else ChangelogMetrics()
         self.on_reject = on_reject
         self._state = (
-            TtlState(state_store or InMemoryStateStore(), params.state_ttl_seconds, clock)
+            TtlState(
+                InMemoryStateStore() if state_store is None else state_store, params.state_ttl_seconds, clock
+            )
             if params.state_ttl_seconds is not None
             else None
         )
@@ -81,8 +82,11 @@ class FromChangelog:
         if self._buffer.is_late(timestamp):
             self.metrics.late_records += 1
             self.metrics.reject(
-                Rejected(record, f"late: {order_by}={timestamp!r} is below the watermark "
-                         f"{self._buffer.watermark!r}", index),
+                Rejected(
+                    record,
+                    f"late: {order_by}={timestamp!r} is below the watermark {self._buffer.watermark!r}",
+                    index,
+                ),
                 self.on_reject,
             )
             logger.debug("record #%d dropped as late (%s=%r)", index, order_by, timestamp)
@@ -169,8 +173,13 @@ class FromChangelog:
                 field=params.op,
             )
         if params.invalid_op_handling is InvalidOpHandling.LOG:
-            logger.warning("record #%d skipped: unknown operation code %r in field '%s' (known: %s)",
-                           index, code, params.op, known)
+            logger.warning(
+                "record #%d skipped: unknown operation code %r in field '%s' (known: %s)",
+                index,
+                code,
+                params.op,
+                known,
+            )
         self.metrics.reject(Rejected(record, f"unknown operation code {code!r}", index), self.on_reject)
         return None
 
@@ -308,6 +317,7 @@ def from_changelog(
         passthrough=passthrough,
         uid=uid,
     )
-    conversion = FromChangelog(params, clock=clock, state_store=state_store, metrics=metrics,
-                               on_reject=on_reject)
+    conversion = FromChangelog(
+        params, clock=clock, state_store=state_store, metrics=metrics, on_reject=on_reject
+    )
     return conversion.run(rows)

@@ -34,7 +34,8 @@ class ToChangelog:
         self.params = params
         self.metrics = metrics if metrics is not None else ChangelogMetrics()
         # A buffered -U needs state even without state_ttl (then it waits forever: spec 4.2.1.2.2).
-        self._state = TtlState(state_store or InMemoryStateStore(), params.state_ttl_seconds or 0.0, clock)
+        store = InMemoryStateStore() if state_store is None else state_store
+        self._state = TtlState(store, params.state_ttl_seconds or 0.0, clock)
         self._buffer: EventTimeBuffer[tuple[int, Change]] | None = (
             EventTimeBuffer() if params.on_time is not None else None
         )
