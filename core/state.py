@@ -91,8 +91,7 @@ class TtlState:
         state = self.store.get(key)
         if state is None:
             return None
-        now = self.clock()
-        if state.expires_at is not None and now >= state.expires_at:
+        if state.expires_at is not None and self.clock() >= state.expires_at:
             self.store.delete(key)
             self.expired += 1
             return None
