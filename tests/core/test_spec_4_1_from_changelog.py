@@ -402,6 +402,20 @@ DELETION_FLAG_ROWS = [
 ]
 
 
+def _run_with_state(rows: list[Row], **kwargs: Any) -> tuple[list[list[Any]], list[int]]:
+    """Run with a 10-minute state TTL; also returns how many keys the store held after each row."""
+    store = InMemoryStateStore()
+    return run_steps(
+        from_changelog,
+        rows,
+        probe=lambda: len(store),
+        state_store=store,
+        state_ttl=timedelta(minutes=10),
+        clock=FakeClock(),
+        **kwargs,
+    )
+
+
 def _assert_needs_state(rows: list[Row], **kwargs: Any) -> None:
     """Without state_ttl the mapping is rejected at planning time, asking for state_ttl (note 1)."""
     source = Tracked(rows)
@@ -412,22 +426,13 @@ def _assert_needs_state(rows: list[Row], **kwargs: Any) -> None:
 
 
 def test_4_1_3_7_upsert_stream_to_retract_stream_with_deletion_flag() -> None:
-    store = InMemoryStateStore()
     kwargs: dict[str, Any] = {
         "partition_by": "id",
         "uid": "my-cdc-ptf",
         "op": "deleted",
         "op_mapping": {"false": "INSERT, UPDATE_BEFORE, UPDATE_AFTER", "true": "DELETE"},
     }
-    emitted, states = run_steps(
-        from_changelog,
-        DELETION_FLAG_ROWS,
-        probe=lambda: len(store),
-        state_store=store,
-        state_ttl=timedelta(minutes=10),
-        clock=FakeClock(),
-        **kwargs,
-    )
+    emitted, states = _run_with_state(DELETION_FLAG_ROWS, **kwargs)
     assert_exact(
         flat(emitted), [ins(id=1, name="a"), ub(id=1, name="a"), ua(id=1, name="b"), dele(id=1, name="b")]
     )
@@ -437,22 +442,13 @@ def test_4_1_3_7_upsert_stream_to_retract_stream_with_deletion_flag() -> None:
 
 
 def test_4_1_3_8_upsert_stream_to_upsert_stream_with_deletion_flag() -> None:
-    store = InMemoryStateStore()
     kwargs: dict[str, Any] = {
         "partition_by": "id",
         "uid": "my-cdc-ptf",
         "op": "deleted",
         "op_mapping": {"false": "INSERT, UPDATE_AFTER", "true": "DELETE"},
     }
-    emitted, states = run_steps(
-        from_changelog,
-        DELETION_FLAG_ROWS,
-        probe=lambda: len(store),
-        state_store=store,
-        state_ttl=timedelta(minutes=10),
-        clock=FakeClock(),
-        **kwargs,
-    )
+    emitted, states = _run_with_state(DELETION_FLAG_ROWS, **kwargs)
     assert_exact(flat(emitted), [ins(id=1, name="a"), ua(id=1, name="b"), dele(id=1, name="b")])
     assert states[:2] == [1, 1]  # the key is remembered to tell INSERT from UPDATE_AFTER
     assert plan_from_changelog(state_ttl=timedelta(minutes=10), **kwargs).output_mode.kinds == UPSERT_KINDS
@@ -490,7 +486,6 @@ def test_4_1_3_9_upsert_stream_to_retract_stream() -> None:
 
 
 def test_4_1_3_10_upsert_stream_to_retract_stream_with_before_after() -> None:
-    store = InMemoryStateStore()
     kwargs: dict[str, Any] = {
         "partition_by": "id",
         "uid": "my-cdc-ptf",
@@ -498,15 +493,7 @@ def test_4_1_3_10_upsert_stream_to_retract_stream_with_before_after() -> None:
         "after": "after",
         "op_mapping": {"c, r": "INSERT", "d": "DELETE", "u": "UPDATE_BEFORE, UPDATE_AFTER"},
     }
-    emitted, states = run_steps(
-        from_changelog,
-        AFTER_ONLY_ROWS,
-        probe=lambda: len(store),
-        state_store=store,
-        state_ttl=timedelta(minutes=10),
-        clock=FakeClock(),
-        **kwargs,
-    )
+    emitted, states = _run_with_state(AFTER_ONLY_ROWS, **kwargs)
     # The -U comes from the stored image, since the update's before is null (note 2).
     assert_exact(
         flat(emitted), [ins(id=1, name="a"), ub(id=1, name="a"), ua(id=1, name="b"), dele(id=1, name="b")]
