@@ -50,11 +50,11 @@ class EventTimeBuffer(Generic[T]):
         return len(self._heap)
 
 
-def group_by_key(keyed: Iterable[tuple[Hashable, Change]]) -> dict[Hashable, list[Change]]:
-    """Changes per key, keys in order of first appearance, changes in arrival order."""
-    groups: dict[Hashable, list[Change]] = {}
-    for key, change in keyed:
-        groups.setdefault(key, []).append(change)
+def group_by_key(keyed: Iterable[tuple[Hashable, T]]) -> dict[Hashable, list[T]]:
+    """Items per key, keys in order of first appearance, items in arrival order."""
+    groups: dict[Hashable, list[T]] = {}
+    for key, item in keyed:
+        groups.setdefault(key, []).append(item)
     return groups
 
 

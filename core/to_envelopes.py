@@ -94,19 +94,21 @@ class ToChangelog:
     def _release(self, released: list[tuple[int, Change]]) -> list[Envelope]:
         if not self.params.partition_by:
             return self._emit([r for index, change in released for r in self._encode(change, index)])
-        indexed = {id(change): index for index, change in released}
-        keyed = ((key_of(c.row, self.params.partition_by, i), c) for i, c in released)
+        keyed = ((key_of(c.row, self.params.partition_by, i), (i, c)) for i, c in released)
         records: list[Envelope] = []
-        for group in group_by_key(keyed).values():
-            compacted = compact(group, _ALL_KINDS)
+        for key, group in group_by_key(keyed).items():
+            compacted = compact([change for _, change in group], _ALL_KINDS)
             self.metrics.compacted_changes += len(group) - len(compacted)
+            last_index = group[-1][0]
             for change in compacted:
-                records.extend(self._encode(change, indexed.get(id(change), -1)))
+                records.extend(self._encode(change, last_index, key))
         return self._emit(records)
 
-    def _encode(self, change: Change, index: int) -> list[Envelope]:
+    def _encode(self, change: Change, index: int, key: Hashable | None = None) -> list[Envelope]:
+        """One change as envelope records; ``key`` is the change's key when the caller knows it."""
         params = self.params
-        key = key_of(change.row, params.partition_by, index) if params.partition_by else GLOBAL_KEY
+        if key is None:
+            key = key_of(change.row, params.partition_by, index) if params.partition_by else GLOBAL_KEY
         state = (self._state.get(key) if self._stateful else None) or KeyState()
         kind, row = change.kind, change.row
         records: list[Envelope] = []
