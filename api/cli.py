@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import sys
 from collections.abc import Iterator, Sequence
@@ -12,7 +13,8 @@ from importlib import resources
 from pathlib import Path
 from typing import IO, Any
 
-from cdcflow.core import CdcflowError, ChangelogDataError, from_changelog
+from cdcflow.core import CdcflowError, Change, ChangelogDataError, from_changelog
+from cdcflow.formats import DecodeOutput, Decoder, Message, parse_ddl, render_change, resolve_format
 
 EXAMPLE = "flat-changes.jsonl"
 
@@ -53,11 +55,35 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add_argument(
         "--invalid-op-handling", default="FAIL", choices=["FAIL", "LOG", "SKIP"], type=str.upper
     )
+    inspect.add_argument(
+        "--format",
+        help="decode each line as this envelope format (debezium-json, canal-json, maxwell-json, ogg-json, "
+        "generic, upsert-kafka, ...) instead of flat change records",
+    )
+    inspect.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a format option by its Flink key, e.g. debezium-json.schema-include=true; repeatable",
+    )
+    inspect.add_argument(
+        "--schema", help="the table schema as a Spark DDL string: 'id INT NOT NULL, name STRING'"
+    )
+    inspect.add_argument(
+        "--metadata",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="add a metadata column of the format, e.g. source.table; repeatable",
+    )
     inspect.set_defaults(command=_inspect)
     return parser
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    if args.format:
+        return _inspect_format(args)
     mapping = _op_mapping(args.op_mapping)
     with _open(args.file) as (name, stream):
         changes = from_changelog(
@@ -71,6 +97,53 @@ def _inspect(args: argparse.Namespace) -> int:
             out.write(json.dumps(change.to_json_obj(), default=_json_value) if args.json else str(change))
             out.write("\n")
     return 0
+
+
+def _inspect_format(args: argparse.Namespace) -> int:
+    factory = resolve_format(args.format)
+    options = {}
+    for entry in args.option:
+        key, sep, value = entry.partition("=")
+        if not sep:
+            raise CdcflowError(
+                f"--option '{entry}' must look like KEY=VALUE, e.g. {args.format}.ignore-parse-errors=true"
+            )
+        options[key.strip()] = value
+    schema = parse_ddl(args.schema) if args.schema else None
+    decoder = factory.create_decoder(options, schema, args.metadata)
+    out = DecodeOutput()
+    with _open(args.file) as (name, stream):
+        for number, line in enumerate(stream, start=1):
+            if not line.strip():
+                continue
+            decoder.decode(Message(line.encode("utf-8"), file=name, line=number), out)
+            _write_changes(out.changes, decoder, as_json=args.json)
+            out.changes.clear()
+    for event in out.events:
+        print(
+            f"cdcflow: {event.message.origin()}: {event.kind} event (side output, not a change)",
+            file=sys.stderr,
+        )
+    for letter in out.dead_letters:
+        print(f"cdcflow: dead letter {letter.message.origin()}: {letter.reason}", file=sys.stderr)
+    metrics = out.metrics
+    print(
+        f"cdcflow: {metrics.messages} messages, {metrics.changes} changes, {metrics.tombstones} tombstones, "
+        f"{metrics.events} side-output events, {metrics.filtered} filtered, "
+        f"{metrics.dead_letters} dead letters",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _write_changes(changes: list[Change], decoder: Decoder, *, as_json: bool) -> None:
+    out = sys.stdout
+    for change in changes:
+        if as_json:
+            out.write(json.dumps(change.to_json_obj(), default=_json_value, ensure_ascii=False))
+        else:
+            out.write(render_change(change, decoder.schema))
+        out.write("\n")
 
 
 def _op_mapping(entries: list[str] | None) -> dict[str, str] | None:
@@ -137,5 +210,5 @@ def _json_value(value: Any) -> Any:
     if isinstance(value, Decimal):
         return str(value)
     if isinstance(value, (bytes, bytearray)):
-        return bytes(value).hex()
+        return base64.b64encode(bytes(value)).decode("ascii")
     raise TypeError(f"cannot write {type(value).__name__} as JSON")

@@ -1,0 +1,247 @@
+"""What every format shares: the message it reads, its outputs, and the decoder / encoder contract.
+
+A format has three layers (as Flink's): a factory that owns the name and the options
+(:mod:`cdcflow.formats.registry`), a configuration parsed once on the driver, and a small picklable
+per-record :class:`Decoder` / :class:`Encoder` built from it.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from cdcflow.core.errors import ChangelogDataError
+from cdcflow.core.model import Change
+from cdcflow.formats.errors import DecodeError, FieldError, FormatOptionError
+from cdcflow.formats.types import DataType, Schema
+
+Headers = tuple[tuple[str, bytes | None], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One Kafka record (or one line of a recorded file): the bytes and where they came from."""
+
+    value: bytes | None
+    key: bytes | None = None
+    topic: str | None = None
+    partition: int | None = None
+    offset: int | None = None
+    timestamp_ms: int | None = None
+    headers: Headers = ()
+    file: str | None = None
+    line: int | None = None
+
+    def origin(self) -> str:
+        parts = []
+        if self.topic is not None:
+            parts.append(f"topic '{self.topic}'")
+        if self.partition is not None:
+            parts.append(f"partition {self.partition}")
+        if self.offset is not None:
+            parts.append(f"offset {self.offset}")
+        if self.file is not None:
+            parts.append(f"{self.file}:{self.line}" if self.line is not None else self.file)
+        return " ".join(parts) if parts else "a record"
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A record that could not be decoded, kept with its original bytes, coordinates and reason."""
+
+    message: Message
+    format_name: str
+    reason: str
+    field: str | None
+
+    def to_json_obj(self) -> dict[str, Any]:
+        m = self.message
+        return {
+            "format": self.format_name,
+            "reason": self.reason,
+            "field": self.field,
+            "topic": m.topic,
+            "partition": m.partition,
+            "offset": m.offset,
+            "file": m.file,
+            "line": m.line,
+            "key": m.key.decode("utf-8", "replace") if m.key is not None else None,
+            "value": m.value.decode("utf-8", "replace") if m.value is not None else None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ControlEvent:
+    """A message that is not a row change and goes to a side output, never into the changelog.
+
+    ``kind`` is ``truncate`` or ``message`` (Debezium ``t`` / ``m``), ``schema-change`` (a Canal or
+    Maxwell DDL) or ``init`` (Canal's INIT); ``payload`` is the decoded envelope.
+    """
+
+    kind: str
+    message: Message
+    payload: Mapping[str, Any]
+
+
+@dataclass
+class FormatMetrics:
+    messages: int = 0
+    tombstones: int = 0
+    changes: int = 0
+    events: int = 0
+    dead_letters: int = 0
+    filtered: int = 0
+    unavailable_values: int = 0
+    filled_values: int = 0
+
+
+@dataclass
+class DecodeOutput:
+    """Where a decoder writes: the changelog, the side outputs and the counters."""
+
+    changes: list[Change] = field(default_factory=list)
+    events: list[ControlEvent] = field(default_factory=list)
+    dead_letters: list[DeadLetter] = field(default_factory=list)
+    metrics: FormatMetrics = field(default_factory=FormatMetrics)
+
+
+Decoded = list[Change] | ControlEvent | None
+
+
+class Decoder(ABC):
+    """Turns one message into changes. Subclasses implement :meth:`decode_message`.
+
+    A failing message is all-or-nothing: either all its changes are written or none, and then it
+    fails with a :class:`DecodeError` naming its coordinates, or (``ignore_parse_errors``) goes to the
+    dead-letter output with its bytes and the reason.
+    """
+
+    format_name: str = "format"
+    #: The output columns, in order, including requested metadata columns.
+    schema: Schema
+
+    def __init__(self, *, ignore_parse_errors: bool) -> None:
+        self.ignore_parse_errors = ignore_parse_errors
+
+    #: Whether an empty value (a tombstone) means something to this format (upsert-kafka: a delete).
+    reads_tombstones: bool = False
+
+    @abstractmethod
+    def decode_message(self, message: Message, metrics: FormatMetrics) -> Decoded:
+        """Return the changes of one message, a control event, or None for a filtered one."""
+
+    def decode(self, message: Message, out: DecodeOutput) -> None:
+        metrics = out.metrics
+        metrics.messages += 1
+        if not self.reads_tombstones and (message.value is None or not message.value.strip()):
+            metrics.tombstones += 1
+            return
+        try:
+            decoded = self.decode_message(message, metrics)
+        except (FieldError, ChangelogDataError, orjson.JSONDecodeError, UnicodeDecodeError) as error:
+            reason, path = _reason(error)
+            if not self.ignore_parse_errors:
+                raise DecodeError(
+                    self.format_name,
+                    message.origin(),
+                    reason,
+                    field=path,
+                    value=message.value,
+                    key=message.key,
+                    ignore_option=f"{self.format_name}.ignore-parse-errors",
+                ) from None
+            out.dead_letters.append(DeadLetter(message, self.format_name, reason, path))
+            metrics.dead_letters += 1
+            return
+        if decoded is None:
+            metrics.filtered += 1
+            return
+        if isinstance(decoded, ControlEvent):
+            out.events.append(decoded)
+            metrics.events += 1
+            return
+        out.changes.extend(decoded)
+        metrics.changes += len(decoded)
+
+    def decode_all(self, messages: Iterable[Message]) -> DecodeOutput:
+        out = DecodeOutput()
+        for message in messages:
+            self.decode(message, out)
+        return out
+
+
+def _reason(error: Exception) -> tuple[str, str | None]:
+    if isinstance(error, FieldError):
+        return error.reason, error.field or None
+    if isinstance(error, ChangelogDataError):
+        return error.reason, error.field
+    if isinstance(error, orjson.JSONDecodeError):
+        return f"not valid JSON ({error.msg} at character {error.pos})", None
+    return f"not UTF-8 text ({error})", None
+
+
+def parse_json_object(data: bytes, what: str = "the message") -> dict[str, Any]:
+    value = orjson.loads(data)
+    if not isinstance(value, dict):
+        raise FieldError("", f"{what} must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    """One record to produce: key and value bytes (value None is a tombstone)."""
+
+    key: bytes | None
+    value: bytes | None
+
+
+class Encoder(ABC):
+    """Turns a changelog into the format's envelopes (TO_CHANGELOG plus serialisation).
+
+    Encoders may buffer (a ``-U`` waits for its ``+U`` to be written as one update event):
+    call :meth:`flush` at the end of a batch.
+    """
+
+    format_name: str = "format"
+
+    @abstractmethod
+    def encode(self, change: Change) -> list[Encoded]:
+        """Encode one change; returns what can be written now."""
+
+    def flush(self) -> list[Encoded]:
+        return []
+
+    def encode_all(self, changes: Iterable[Change]) -> list[Encoded]:
+        out: list[Encoded] = []
+        for change in changes:
+            out.extend(self.encode(change))
+        out.extend(self.flush())
+        return out
+
+
+@dataclass(frozen=True)
+class MetadataColumn:
+    """A metadata column a format can expose: its key (Flink's), type and where it sits."""
+
+    key: str
+    type: DataType
+    description: str
+
+
+def metadata_schema(
+    available: Sequence[MetadataColumn], requested: Sequence[str], format_name: str
+) -> list[MetadataColumn]:
+    by_key = {column.key: column for column in available}
+    chosen = []
+    for key in requested:
+        column = by_key.get(key)
+        if column is None:
+            raise FormatOptionError(
+                f"format '{format_name}' has no metadata column '{key}'; available: {', '.join(by_key)}"
+            )
+        chosen.append(column)
+    return chosen

@@ -1,0 +1,279 @@
+"""What Debezium's JSON and Avro forms share: op codes, modes, TOAST placeholders, metadata columns.
+
+The decoding semantics are FROM_CHANGELOG's: ``c``/``r`` → ``+I``, ``u`` → ``-U`` + ``+U`` (or ``+U``
+alone in upsert mode), ``d`` → ``-D``; ``t`` (truncate) and ``m`` (message) are side-output events.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+from collections.abc import Hashable, Mapping, Sequence
+from enum import Enum
+from typing import Any
+
+from cdcflow.core.from_envelopes import FromChangelog
+from cdcflow.core.model import Change, Row
+from cdcflow.core.params import plan_from_changelog
+from cdcflow.formats.base import FormatMetrics, MetadataColumn
+from cdcflow.formats.errors import FieldError, FormatOptionError
+from cdcflow.formats.types import (
+    BIGINT,
+    STRING,
+    TIMESTAMP_LTZ_MILLIS,
+    DataType,
+    Field,
+    Schema,
+    TypeKind,
+)
+from cdcflow.formats.values import UNAVAILABLE
+
+PLACEHOLDER = "__debezium_unavailable_value"
+_PLACEHOLDER_BASE64 = base64.b64encode(PLACEHOLDER.encode()).decode()
+_PLACEHOLDER_BYTES = PLACEHOLDER.encode()
+_PLACEHOLDER_CODES = [ord(c) for c in PLACEHOLDER]
+CONTROL_OPS = {"t": "truncate", "m": "message"}
+
+
+class DebeziumMode(Enum):
+    RETRACT = "RETRACT"
+    UPSERT = "UPSERT"
+
+
+class UnavailableHandling(Enum):
+    FILL = "FILL"
+    REPORT = "REPORT"
+    FAIL = "FAIL"
+
+
+OP_MAPPINGS = {
+    DebeziumMode.RETRACT: {"c, r": "INSERT", "u": "UPDATE_BEFORE, UPDATE_AFTER", "d": "DELETE"},
+    DebeziumMode.UPSERT: {"c, r": "INSERT", "u": "UPDATE_AFTER", "d": "DELETE"},
+}
+
+MODE_HELP = (
+    "RETRACT: u gives -U and +U and needs the before image (PostgreSQL: REPLICA IDENTITY FULL); "
+    "UPSERT: u gives +U, d gives -D of the key, no before image needed"
+)
+UNAVAILABLE_HELP = (
+    "an unchanged TOASTed column (__debezium_unavailable_value): FILL takes it from the previous image "
+    "of the key kept in state, else reports it; REPORT sets NULL and names it in the unavailable-columns "
+    "metadata; FAIL fails the record"
+)
+
+
+def is_unavailable(value: Any) -> bool:
+    """Debezium's placeholder for a value it did not send, in each shape it takes."""
+    cls = value.__class__
+    if cls is str:
+        return value == PLACEHOLDER or value == _PLACEHOLDER_BASE64  # type: ignore[no-any-return]
+    if cls is list:
+        return value == _PLACEHOLDER_CODES or value == [PLACEHOLDER]  # type: ignore[no-any-return]
+    if cls is bytes:
+        return value == _PLACEHOLDER_BYTES  # type: ignore[no-any-return]
+    return False
+
+
+METADATA = (
+    MetadataColumn("ingestion-timestamp", TIMESTAMP_LTZ_MILLIS, "when Debezium processed the event (ts_ms)"),
+    MetadataColumn("source.timestamp", TIMESTAMP_LTZ_MILLIS, "when the change was made in the database"),
+    MetadataColumn("source.database", STRING, "the database (source.db)"),
+    MetadataColumn("source.schema", STRING, "the schema (source.schema)"),
+    MetadataColumn("source.table", STRING, "the table (source.table, or source.collection)"),
+    MetadataColumn(
+        "source.properties",
+        DataType(TypeKind.MAP, key=STRING, value=STRING),
+        "the whole source block, values as text",
+    ),
+    MetadataColumn("transaction.id", STRING, "the transaction id (transaction.id), when provided"),
+    MetadataColumn("op", STRING, "Debezium's operation code (c, r, u, d)"),
+    MetadataColumn(
+        "unavailable-columns",
+        DataType(TypeKind.ARRAY, element=STRING),
+        "columns whose value Debezium did not send and state could not fill (unchanged TOAST)",
+    ),
+    MetadataColumn("schema", STRING, "the Kafka Connect schema block as JSON text (schema-include only)"),
+    MetadataColumn("source.lsn", BIGINT, "PostgreSQL log sequence number (source.lsn)"),
+)
+
+
+def metadata_column_name(key: str) -> str:
+    return key.replace(".", "_").replace("-", "_")
+
+
+def output_schema(physical: Schema, metadata: Sequence[str]) -> Schema:
+    by_key = {column.key: column for column in METADATA}
+    fields = list(physical.fields)
+    for key in metadata:
+        column = by_key[key]
+        name = metadata_column_name(key)
+        if name in physical:
+            raise FormatOptionError(
+                f"metadata column '{name}' ({key}) clashes with a table column of the same name"
+            )
+        fields.append(Field(name, column.type))
+    return Schema(tuple(fields))
+
+
+def check_metadata(metadata: Sequence[str], format_name: str) -> tuple[str, ...]:
+    known = {column.key for column in METADATA}
+    for key in metadata:
+        if key not in known:
+            raise FormatOptionError(
+                f"format '{format_name}' has no metadata column '{key}'; available: "
+                f"{', '.join(sorted(known))}"
+            )
+    return tuple(metadata)
+
+
+def _millis(value: Any) -> dt.datetime | None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=value)
+    return None
+
+
+def _text(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def metadata_values(
+    keys: Sequence[str], payload: Mapping[str, Any], missing: list[str], schema_text: str | None
+) -> dict[str, Any]:
+    source = payload.get("source")
+    source = source if isinstance(source, Mapping) else {}
+    transaction = payload.get("transaction")
+    out: dict[str, Any] = {}
+    for key in keys:
+        if key == "ingestion-timestamp":
+            value: Any = _millis(payload.get("ts_ms"))
+        elif key == "source.timestamp":
+            value = _millis(source.get("ts_ms"))
+        elif key == "source.database":
+            value = _text(source.get("db"))
+        elif key == "source.schema":
+            value = _text(source.get("schema"))
+        elif key == "source.table":
+            value = _text(source.get("table", source.get("collection")))
+        elif key == "source.properties":
+            value = {k: _text(v) for k, v in source.items()}
+        elif key == "transaction.id":
+            value = _text(transaction.get("id")) if isinstance(transaction, Mapping) else None
+        elif key == "op":
+            value = _text(payload.get("op"))
+        elif key == "unavailable-columns":
+            value = list(missing)
+        elif key == "schema":
+            value = schema_text
+        else:  # source.lsn
+            lsn = source.get("lsn")
+            value = lsn if isinstance(lsn, int) else None
+        out[metadata_column_name(key)] = value
+    return out
+
+
+class ChangeBuilder:
+    """The FROM_CHANGELOG step of both Debezium forms, plus the unchanged-TOAST filling state.
+
+    Rows arrive already converted (values typed, placeholders marked :data:`UNAVAILABLE`).
+    """
+
+    def __init__(
+        self,
+        mode: DebeziumMode,
+        unavailable: UnavailableHandling,
+        key_columns: Sequence[str],
+        format_name: str,
+    ) -> None:
+        self.mode = mode
+        self.unavailable = unavailable
+        self.key_columns = tuple(key_columns)
+        self.format_name = format_name
+        self._engine = FromChangelog(
+            plan_from_changelog(op="op", before="before", after="after", op_mapping=OP_MAPPINGS[mode])
+        )
+        self._images: dict[Hashable, Row] | None = {} if unavailable is UnavailableHandling.FILL else None
+
+    def changes(
+        self,
+        op: str,
+        before: Row | None,
+        after: Row | None,
+        key: Hashable | None,
+        metrics: FormatMetrics,
+    ) -> tuple[list[Change], list[str]]:
+        """The changes of one event and the columns left unavailable."""
+        if op == "u" and before is None and self.mode is DebeziumMode.RETRACT:
+            raise FieldError(
+                "before",
+                "the UPDATE has no before image (before is null), so its -U row cannot be built; on "
+                "PostgreSQL set the table's REPLICA IDENTITY to FULL, or set "
+                f"'{self.format_name}.changelog-mode'='upsert' to read updates as upserts",
+            )
+        if op == "d" and before is None:
+            raise FieldError(
+                "before",
+                "the DELETE has no before image (before is null); on PostgreSQL set REPLICA IDENTITY "
+                "FULL (or DEFAULT, which sends the key), or read it with upsert-kafka",
+            )
+        missing: list[str] = []
+        if after is not None and UNAVAILABLE in after.values():
+            missing = self._fill(after, before, key, metrics)
+        if before is not None and UNAVAILABLE in before.values():
+            for name, value in before.items():
+                if value is UNAVAILABLE:
+                    before[name] = None
+        if self._images is not None and key is not None:
+            if op == "d":
+                self._images.pop(key, None)
+            elif after is not None:
+                stored = dict(after)
+                for name in missing:
+                    stored[name] = UNAVAILABLE
+                self._images[key] = stored
+        return self._engine.process({"op": op, "before": before, "after": after}), missing
+
+    def _fill(
+        self, after: Row, before: Row | None, key: Hashable | None, metrics: FormatMetrics
+    ) -> list[str]:
+        previous = self._images.get(key) if self._images is not None and key is not None else None
+        missing = []
+        for name, value in after.items():
+            if value is not UNAVAILABLE:
+                continue
+            if self.unavailable is UnavailableHandling.FAIL:
+                raise FieldError(
+                    f"after.{name}",
+                    "Debezium did not send this unchanged TOASTed value (__debezium_unavailable_value); "
+                    "set REPLICA IDENTITY FULL on the table, or unavailable-values=fill/report",
+                )
+            source = before if before is not None and before.get(name) is not UNAVAILABLE else None
+            if source is None and self.unavailable is UnavailableHandling.FILL and previous is not None:
+                source = previous if previous.get(name, UNAVAILABLE) is not UNAVAILABLE else None
+            if source is not None and name in source:
+                after[name] = source[name]
+                metrics.filled_values += 1
+            else:
+                after[name] = None
+                missing.append(name)
+                metrics.unavailable_values += 1
+        return missing
+
+    def state_key(self, row: Row | None, message_key: Mapping[str, Any] | None) -> Hashable | None:
+        """The key the filling state is kept under: the key columns, else the Kafka key's fields."""
+        if self._images is None:
+            return None
+        if self.key_columns and row is not None:
+            return tuple(_hashable(row.get(c)) for c in self.key_columns)
+        if message_key:
+            return tuple((k, _hashable(v)) for k, v in message_key.items())
+        return None
+
+
+def _hashable(value: Any) -> Hashable:
+    if isinstance(value, list):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple((k, _hashable(v)) for k, v in value.items())
+    return value  # type: ignore[no-any-return]

@@ -1,0 +1,420 @@
+"""``debezium-json``: Debezium change events as JSON, with or without Kafka Connect's schema block.
+
+Unlike Flink, the schema block is read: Debezium's logical types come out as decimals, dates, times
+and instants. Without it, values are read against the declared schema (see :mod:`values`). An update
+is written back as ONE ``u`` event with ``before`` and ``after`` (Flink writes a delete and an insert).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import orjson
+
+from cdcflow.core.model import Change
+from cdcflow.core.params import plan_to_changelog
+from cdcflow.core.to_envelopes import ToChangelog
+from cdcflow.formats import connect
+from cdcflow.formats.base import ControlEvent, Decoded, Decoder, Encoded, Encoder, FormatMetrics, Message
+from cdcflow.formats.debezium import (
+    CONTROL_OPS,
+    METADATA,
+    MODE_HELP,
+    UNAVAILABLE_HELP,
+    ChangeBuilder,
+    DebeziumMode,
+    UnavailableHandling,
+    check_metadata,
+    is_unavailable,
+    metadata_values,
+    output_schema,
+)
+from cdcflow.formats.errors import FieldError, FormatOptionError, SchemaError
+from cdcflow.formats.jsonenc import MapNullKeyMode, RowEncoder, TimestampStandard
+from cdcflow.formats.options import Option, OptionSet, boolean, choice, names
+from cdcflow.formats.registry import FormatFactory
+from cdcflow.formats.types import DataType, Schema, TypeKind
+from cdcflow.formats.values import Converter, InexactNumber, RowConverter, converter, loads_exact
+
+NAME = "debezium-json"
+
+OPTIONS = OptionSet(
+    NAME,
+    [
+        Option(
+            "schema-include",
+            boolean,
+            False,
+            "messages have Kafka Connect's {schema, payload} form (the JSON converter with schemas.enable)",
+        ),
+        Option("ignore-parse-errors", boolean, False, "dead-letter records that cannot be decoded"),
+        Option(
+            "timestamp-format.standard",
+            choice(TimestampStandard),
+            TimestampStandard.SQL,
+            "SQL or ISO-8601: how timestamps are written without a schema (both are read)",
+        ),
+        Option("changelog-mode", choice(DebeziumMode), DebeziumMode.RETRACT, MODE_HELP),
+        Option("unavailable-values", choice(UnavailableHandling), UnavailableHandling.FILL, UNAVAILABLE_HELP),
+        Option(
+            "key-columns", names, (), "primary-key columns (default: the fields of the Kafka message key)"
+        ),
+        Option("map-null-key.mode", choice(MapNullKeyMode), MapNullKeyMode.FAIL, "FAIL, DROP or LITERAL"),
+        Option("map-null-key.literal", str, "null", "the key written for a NULL map key in LITERAL mode"),
+        Option("encode.ignore-null-fields", boolean, False, "leave NULL columns out of written images"),
+    ],
+)
+
+
+@dataclass(frozen=True)
+class DebeziumJsonConfig:
+    schema: Schema | None
+    schema_include: bool = False
+    ignore_parse_errors: bool = False
+    timestamp_standard: TimestampStandard = TimestampStandard.SQL
+    mode: DebeziumMode = DebeziumMode.RETRACT
+    unavailable: UnavailableHandling = UnavailableHandling.FILL
+    key_columns: tuple[str, ...] = ()
+    metadata: tuple[str, ...] = ()
+    map_null_key: MapNullKeyMode = MapNullKeyMode.FAIL
+    map_null_key_literal: str = "null"
+    ignore_null_fields: bool = False
+
+    @classmethod
+    def from_options(
+        cls, options: Mapping[str, str], schema: Schema | None, metadata: Sequence[str] = ()
+    ) -> DebeziumJsonConfig:
+        values = OPTIONS.parse(options)
+        config = cls(
+            schema=schema,
+            schema_include=values["schema-include"],
+            ignore_parse_errors=values["ignore-parse-errors"],
+            timestamp_standard=values["timestamp-format.standard"],
+            mode=values["changelog-mode"],
+            unavailable=values["unavailable-values"],
+            key_columns=values["key-columns"],
+            metadata=check_metadata(metadata, NAME),
+            map_null_key=values["map-null-key.mode"],
+            map_null_key_literal=values["map-null-key.literal"],
+            ignore_null_fields=values["encode.ignore-null-fields"],
+        )
+        if schema is None and not config.schema_include:
+            raise FormatOptionError(
+                f"format '{NAME}' needs the table schema when the messages carry none: pass it as a Spark "
+                f"DDL string (schema='id INT NOT NULL, name STRING'), or set '{NAME}.schema-include'='true' "
+                "if the messages have Kafka Connect's {schema, payload} form"
+            )
+        if schema is not None:
+            for column in config.key_columns:
+                if column not in schema:
+                    raise FormatOptionError(f"key column '{column}' is not in the schema ({schema.names})")
+            output_schema(schema, config.metadata)
+        if "schema" in config.metadata and not config.schema_include:
+            raise FormatOptionError("metadata 'schema' needs 'debezium-json.schema-include'='true'")
+        return config
+
+
+class DebeziumJsonDecoder(Decoder):
+    format_name = NAME
+
+    def __init__(self, config: DebeziumJsonConfig) -> None:
+        super().__init__(ignore_parse_errors=config.ignore_parse_errors)
+        self.config = config
+        self._declared = (
+            RowConverter(config.schema, unavailable=is_unavailable) if config.schema is not None else None
+        )
+        if config.schema is not None:
+            self.schema = output_schema(config.schema, config.metadata)
+        self._by_connect_schema: dict[bytes, RowConverter] = {}
+        self._builder = ChangeBuilder(config.mode, config.unavailable, config.key_columns, NAME)
+
+    def __reduce__(self) -> tuple[Callable[..., DebeziumJsonDecoder], tuple[DebeziumJsonConfig]]:
+        return type(self), (self.config,)
+
+    def decode_message(self, message: Message, metrics: FormatMetrics) -> Decoded:
+        assert message.value is not None  # noqa: S101 - the base class skips tombstones
+        try:
+            return self._decode(orjson.loads(message.value), message, metrics)
+        except InexactNumber:
+            return self._decode(loads_exact(message.value), message, metrics)
+
+    def _decode(self, envelope: Any, message: Message, metrics: FormatMetrics) -> Decoded:
+        if not isinstance(envelope, dict):
+            raise FieldError("", f"a Debezium event is a JSON object, got {type(envelope).__name__}")
+        schema_block = None
+        if self.config.schema_include:
+            payload = envelope.get("payload")
+            schema_block = envelope.get("schema")
+            if not isinstance(payload, dict):
+                raise FieldError(
+                    "payload",
+                    "no {schema, payload} form here; if the topic's converter has schemas.enable=false, set "
+                    f"'{NAME}.schema-include'='false'",
+                )
+        else:
+            payload = envelope
+            if "payload" in envelope and "schema" in envelope and "op" not in envelope:
+                raise FieldError(
+                    "op",
+                    "the message has the {schema, payload} form of Kafka Connect's JSON converter: set "
+                    f"'{NAME}.schema-include'='true'",
+                )
+        op = payload.get("op")
+        if op in CONTROL_OPS:
+            return ControlEvent(CONTROL_OPS[op], message, payload)
+        if not isinstance(op, str):
+            raise FieldError("op", "the operation code is missing or not a string; is this a Debezium event?")
+        rows = self._row_converter(schema_block)
+        raw_before = payload.get("before")
+        if raw_before is None and op == "d" and self.config.mode is DebeziumMode.UPSERT:
+            raw_before = _key_payload(message)
+        before = _image(rows, raw_before, "before")
+        after = _image(rows, payload.get("after"), "after")
+        key = self._state_key(after if after is not None else before, message)
+        changes, missing = self._builder.changes(op, before, after, key, metrics)
+        if self.config.metadata:
+            schema_text = orjson.dumps(schema_block).decode() if schema_block is not None else None
+            extra = metadata_values(self.config.metadata, payload, missing, schema_text)
+            for change in changes:
+                change.row.update(extra)
+        return changes
+
+    def _row_converter(self, schema_block: Any) -> RowConverter:
+        if schema_block is None:
+            if self._declared is None:
+                raise FieldError("schema", "the message has no schema block and no schema was declared")
+            return self._declared
+        value_schema = _value_struct(schema_block)
+        fingerprint = orjson.dumps(value_schema)
+        rows = self._by_connect_schema.get(fingerprint)
+        if rows is None:
+            rows = self._connect_rows(value_schema)
+            self._by_connect_schema[fingerprint] = rows
+        return rows
+
+    def _connect_rows(self, value_schema: Mapping[str, Any]) -> RowConverter:
+        try:
+            physical, converters = connect.struct_columns(value_schema)
+        except SchemaError as error:
+            raise FieldError("schema", str(error)) from None
+        declared = self.config.schema
+        if declared is None:
+            self.schema = output_schema(physical, self.config.metadata)
+            return RowConverter(physical, converters=converters, unavailable=is_unavailable)
+        chosen = {}
+        for column in declared:
+            if column.name in physical:
+                source = physical.field(column.name).type
+                chosen[column.name] = _coerce(converters[column.name], source, column.type, column.name)
+        return RowConverter(declared, converters=chosen, unavailable=is_unavailable)
+
+    def _state_key(self, row: dict[str, Any] | None, message: Message) -> Hashable | None:
+        builder = self._builder
+        if builder.unavailable is not UnavailableHandling.FILL:
+            return None
+        if builder.key_columns or message.key is None:
+            return builder.state_key(row, None)
+        try:
+            key = orjson.loads(message.key)
+        except orjson.JSONDecodeError:
+            return None
+        if isinstance(key, dict) and "payload" in key and "schema" in key:
+            key = key["payload"]
+        return builder.state_key(row, key if isinstance(key, dict) else None)
+
+
+def _key_payload(message: Message) -> dict[str, Any] | None:
+    """The Kafka key's fields: the partial image of an upsert delete that has no before image."""
+    if not message.key:
+        return None
+    try:
+        key = orjson.loads(message.key)
+    except orjson.JSONDecodeError:
+        raise FieldError("key", "the message key is not JSON") from None
+    if isinstance(key, dict) and "payload" in key and "schema" in key:
+        key = key["payload"]
+    return key if isinstance(key, dict) else None
+
+
+def _image(rows: RowConverter, value: Any, field: str) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise FieldError(field, f"the image must be a JSON object, got {type(value).__name__}")
+    try:
+        return rows.convert(value)
+    except FieldError as error:
+        raise FieldError(f"{field}.{error.field}", error.reason) from None
+
+
+def _value_struct(schema_block: Any) -> Mapping[str, Any]:
+    if not isinstance(schema_block, Mapping):
+        raise FieldError("schema", "the schema block must be a JSON object")
+    for name in ("after", "before"):
+        field_schema = connect.envelope_field(schema_block, name)
+        if field_schema is not None:
+            return field_schema
+    raise FieldError("schema", "the Connect schema has neither an 'after' nor a 'before' field")
+
+
+def _coerce(convert: Converter, source: DataType, target: DataType, column: str) -> Converter:
+    """Decode with the message's own type, then cast to the declared one."""
+    if source.kind is target.kind and target.kind not in (TypeKind.DECIMAL, TypeKind.STRUCT):
+        return convert
+    if target.kind is TypeKind.STRING:
+        return lambda v: _as_text(convert(v))
+    numeric = {TypeKind.DECIMAL, TypeKind.FLOAT, TypeKind.DOUBLE} | {
+        TypeKind.TINYINT,
+        TypeKind.SMALLINT,
+        TypeKind.INT,
+        TypeKind.BIGINT,
+    }
+    if source.kind in numeric and target.kind in numeric:
+        cast = converter(target)
+        return lambda v: cast(_plain_number(convert(v)))
+    if source.kind is target.kind:
+        cast = converter(target)
+        return lambda v: cast(convert(v))
+    raise FieldError(
+        f"schema.{column}",
+        f"the column is declared {target.ddl()} but the message schema says {source.ddl()}; declare a "
+        "compatible type or STRING",
+    )
+
+
+def _plain_number(value: Any) -> Any:
+    return str(value) if isinstance(value, Decimal) else value
+
+
+def _as_text(value: Any) -> str:
+    if hasattr(value, "isoformat"):
+        return value.isoformat()  # type: ignore[no-any-return]
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, Decimal):
+        return str(value)
+    return value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
+
+
+class DebeziumJsonEncoder(Encoder):
+    """Writes ``{"before", "after", "op"}`` events (optionally inside ``{schema, payload}``).
+
+    Updates are combined: a ``-U`` waits for its key's ``+U`` and both go out as one ``u`` event.
+    The Kafka key is the key columns as a JSON object, or None without key columns.
+    """
+
+    format_name = NAME
+
+    def __init__(
+        self, config: DebeziumJsonConfig, key_columns: Sequence[str], topic_name: str = "cdcflow"
+    ) -> None:
+        assert config.schema is not None  # noqa: S101 - encoders need the row schema
+        self.config = config
+        self.key_columns = tuple(key_columns)
+        self.topic_name = topic_name
+        schema = config.schema
+        self._schema = schema
+        upsert = config.mode is DebeziumMode.UPSERT
+        update = "UPDATE_AFTER" if upsert else "UPDATE_BEFORE, UPDATE_AFTER"
+        to_mapping = {"INSERT": "c", update: "u", "DELETE": "d"}
+        self._engine = ToChangelog(
+            plan_to_changelog(
+                op="op",
+                before="before",
+                after="after",
+                op_mapping=to_mapping,
+                partition_by=self.key_columns or None,
+                produces_full_deletes=True,
+            )
+        )
+        if config.schema_include:
+            self._rows: Callable[[Mapping[str, Any]], Any] = lambda row: {
+                f.name: connect.connect_value(row.get(f.name), f.type) for f in schema
+            }
+            self._value_schema = {
+                "type": "struct",
+                "fields": connect.struct_schema_fields(schema),
+                "optional": True,
+                "name": f"{topic_name}.Value",
+            }
+        else:
+            self._rows = RowEncoder(
+                schema,
+                config.timestamp_standard,
+                ignore_nulls=config.ignore_null_fields,
+                map_null_key=config.map_null_key,
+                map_null_key_literal=config.map_null_key_literal,
+            ).encode
+        key_schema = schema.select(self.key_columns) if self.key_columns else None
+        self._key_schema = key_schema
+
+    def encode(self, change: Change) -> list[Encoded]:
+        return [self._serialise(envelope) for envelope in self._engine.process(change)]
+
+    def flush(self) -> list[Encoded]:
+        return [self._serialise(envelope) for envelope in self._engine.flush()]
+
+    def _serialise(self, envelope: Mapping[str, Any]) -> Encoded:
+        before, after = envelope.get("before"), envelope.get("after")
+        payload = {
+            "before": self._rows(before) if before is not None else None,
+            "after": self._rows(after) if after is not None else None,
+            "op": envelope["op"],
+        }
+        value: Any = payload
+        if self.config.schema_include:
+            value = {
+                "schema": {
+                    "type": "struct",
+                    "fields": [
+                        {**self._value_schema, "field": "before"},
+                        {**self._value_schema, "field": "after"},
+                        {"type": "string", "optional": False, "field": "op"},
+                    ],
+                    "optional": False,
+                    "name": f"{self.topic_name}.Envelope",
+                },
+                "payload": payload,
+            }
+        return Encoded(self._key(after if after is not None else before), orjson.dumps(value))
+
+    def _key(self, row: Mapping[str, Any] | None) -> bytes | None:
+        if self._key_schema is None or row is None:
+            return None
+        key_row = {name: row.get(name) for name in self.key_columns}
+        if self.config.schema_include:
+            return orjson.dumps(
+                {
+                    "schema": {
+                        "type": "struct",
+                        "fields": connect.struct_schema_fields(self._key_schema),
+                        "optional": False,
+                        "name": f"{self.topic_name}.Key",
+                    },
+                    "payload": {
+                        f.name: connect.connect_value(key_row[f.name], f.type) for f in self._key_schema
+                    },
+                }
+            )
+        return orjson.dumps(RowEncoder(self._key_schema, self.config.timestamp_standard).encode(key_row))
+
+
+class DebeziumJsonFormat(FormatFactory):
+    name = NAME
+    options = OPTIONS
+    metadata_columns = METADATA
+    schema_optional = True
+
+    def create_decoder(
+        self, options: Mapping[str, str], schema: Schema | None = None, metadata: Sequence[str] = ()
+    ) -> DebeziumJsonDecoder:
+        return DebeziumJsonDecoder(DebeziumJsonConfig.from_options(options, schema, metadata))
+
+    def create_encoder(
+        self, options: Mapping[str, str], schema: Schema, key_columns: Sequence[str] = ()
+    ) -> DebeziumJsonEncoder:
+        config = DebeziumJsonConfig.from_options(options, schema)
+        return DebeziumJsonEncoder(config, key_columns or config.key_columns)

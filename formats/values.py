@@ -1,0 +1,394 @@
+"""Convert JSON values into Python values of a declared column type, built once per schema.
+
+What each type accepts (a superset of Flink's JSON format, which only reads text for temporal types):
+
+- integers: JSON integers or integer strings, range-checked; BOOLEAN: true/false or "true"/"false".
+- FLOAT/DOUBLE: numbers, numeric strings, "NaN"/"Infinity"/"-Infinity" (as Debezium writes them).
+- DECIMAL: numbers, numeric strings, Debezium's base64 two's-complement bytes (scaled by the declared
+  scale) and its ``{"scale", "value"}`` variable-scale struct; rounded half-up to the declared scale.
+- DATE: ISO strings or integer days since 1970-01-01.
+- TIME / TIMESTAMP_NTZ / TIMESTAMP_LTZ: ISO strings (``T`` or space), or integers since midnight /
+  the epoch in the unit the declared precision implies (≤3 ms, ≤6 µs, else ns). LTZ values carry UTC.
+- BINARY: base64 strings (Kafka Connect's JSON converter). STRING: text; other JSON is kept as its
+  JSON text. ARRAY / MAP / STRUCT: recursively.
+
+Python keeps microseconds: nanosecond digits are truncated.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import json
+import math
+import re
+import struct
+from collections.abc import Callable, Mapping
+from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
+from typing import Any
+
+import orjson
+
+from cdcflow.formats.errors import FieldError
+from cdcflow.formats.types import INTEGER_RANGES, DataType, Schema, TypeKind
+
+Converter = Callable[[Any], Any]
+
+EPOCH = dt.datetime(1970, 1, 1)
+EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+EPOCH_DATE = dt.date(1970, 1, 1)
+#: Arithmetic on decimals must never round: 28 digits (Python's default context) is less than Spark's 38.
+EXACT = Context(prec=1000, rounding=ROUND_HALF_UP)
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+_LONG_FRACTION = re.compile(r"(\.\d{6})\d+")
+_TIMESTAMP_FORMS = "a timestamp (yyyy-MM-dd HH:mm:ss[.fff][zone] or an epoch integer)"
+_SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def units_per_second(precision: int | None) -> int:
+    """The integer unit Debezium uses for a temporal column of this precision."""
+    if precision is None or precision <= 3:
+        return 1_000
+    if precision <= 6:
+        return 1_000_000
+    return 1_000_000_000
+
+
+def _fail(value: Any, expected: str) -> FieldError:
+    text = repr(value)
+    return FieldError("", f"expected {expected}, got {text[:60] + '...' if len(text) > 60 else text}")
+
+
+class InexactNumber(Exception):  # noqa: N818 - a signal, not an error
+    """A JSON number needs more digits than a double holds: parse the message again, exactly."""
+
+
+def loads_exact(data: bytes) -> Any:
+    """JSON with numbers as exact decimals (slow path, for messages with long decimals)."""
+    return json.loads(data, parse_float=Decimal)
+
+
+def _integer(kind: TypeKind) -> Converter:
+    low, high = INTEGER_RANGES[kind]
+
+    def convert(value: Any) -> Any:
+        if value.__class__ is int:
+            number = value
+        elif isinstance(value, str):
+            try:
+                number = int(value.strip())
+            except ValueError:
+                raise _fail(value, f"an integer for {kind.value}") from None
+        elif isinstance(value, (float, Decimal)) and value == int(value):
+            number = int(value)
+        else:
+            raise _fail(value, f"an integer for {kind.value}")
+        if not low <= number <= high:
+            raise FieldError("", f"{number} is out of range for {kind.value}")
+        return number
+
+    return convert
+
+
+def _boolean(value: Any) -> bool:
+    if value is True or value is False:
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    raise _fail(value, "a boolean")
+
+
+def _float64(value: Any) -> float:
+    if value.__class__ is float:
+        return value
+    if isinstance(value, (int, Decimal)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        special = _SPECIAL_FLOATS.get(value)
+        if special is not None:
+            return special
+        if _NUMBER.fullmatch(value.strip()):
+            return float(value)
+    raise _fail(value, "a number")
+
+
+def _float32(value: Any) -> float:
+    number = _float64(value)
+    try:
+        return struct.unpack("f", struct.pack("f", number))[0]  # type: ignore[no-any-return]
+    except OverflowError:
+        raise FieldError("", f"{number} is out of range for FLOAT") from None
+
+
+def decimal_from_bytes(data: bytes, scale: int) -> Decimal:
+    return Decimal(int.from_bytes(data, "big", signed=True)).scaleb(-scale, EXACT)
+
+
+def decimal_from_base64(text: str, scale: int) -> Decimal:
+    try:
+        data = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise _fail(text, "a decimal (a number, or base64 two's-complement bytes)") from None
+    return decimal_from_bytes(data, scale)
+
+
+def variable_scale_decimal(value: Mapping[str, Any]) -> Decimal:
+    """Debezium's ``io.debezium.data.VariableScaleDecimal``: ``{"scale": s, "value": base64}``."""
+    scale, unscaled = value.get("scale"), value.get("value")
+    if not isinstance(scale, int) or not isinstance(unscaled, str):
+        raise _fail(value, 'a VariableScaleDecimal {"scale": int, "value": base64}')
+    return decimal_from_base64(unscaled, scale)
+
+
+def _decimal(precision: int | None, scale: int | None) -> Converter:
+    quantum = Decimal(1).scaleb(-scale) if scale is not None else None
+    exact_digits = precision if precision is None or precision > 15 else None
+    limit = Decimal(10) ** (precision - (scale or 0)) if precision is not None else None
+
+    def convert(value: Any) -> Decimal:
+        if isinstance(value, Decimal):
+            number = value
+        elif isinstance(value, int) and not isinstance(value, bool):
+            number = Decimal(value)
+        elif isinstance(value, float):
+            if exact_digits is not None:
+                # orjson read the JSON number as a double, which may have lost digits this column
+                # keeps: read the message again with exact decimals.
+                raise InexactNumber()
+            number = Decimal(repr(value))
+        elif isinstance(value, str):
+            text = value.strip()
+            if _NUMBER.fullmatch(text):
+                number = Decimal(text)
+            else:
+                number = decimal_from_base64(text, scale or 0)
+        elif isinstance(value, Mapping):
+            number = variable_scale_decimal(value)
+        else:
+            raise _fail(value, "a decimal")
+        if quantum is not None:
+            try:
+                number = number.quantize(quantum, context=EXACT)
+            except InvalidOperation:
+                raise FieldError("", f"{number} does not fit DECIMAL({precision}, {scale})") from None
+        if limit is not None and abs(number) >= limit:
+            raise FieldError("", f"{number} does not fit DECIMAL({precision}, {scale})")
+        return number
+
+    return convert
+
+
+def _string(value: Any) -> str:
+    if value.__class__ is str:
+        return value
+    return orjson.dumps(value).decode()
+
+
+def _binary(value: Any) -> bytes:
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    if isinstance(value, str):
+        try:
+            return base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raise _fail(value, "base64-encoded bytes") from None
+    raise _fail(value, "base64-encoded bytes")
+
+
+def _date(value: Any) -> dt.date:
+    if isinstance(value, int) and not isinstance(value, bool):
+        try:
+            return EPOCH_DATE + dt.timedelta(days=value)
+        except OverflowError:
+            raise FieldError("", f"{value} days is out of the DATE range") from None
+    if isinstance(value, str):
+        try:
+            return dt.date.fromisoformat(value.strip()[:10])
+        except ValueError:
+            raise _fail(value, "a date (yyyy-MM-dd or days since 1970-01-01)") from None
+    raise _fail(value, "a date (yyyy-MM-dd or days since 1970-01-01)")
+
+
+def _trim_fraction(text: str) -> str:
+    return _LONG_FRACTION.sub(r"\1", text.strip())
+
+
+def _time(precision: int | None) -> Converter:
+    per_second = units_per_second(precision)
+
+    def convert(value: Any) -> dt.time:
+        if isinstance(value, int) and not isinstance(value, bool):
+            micros = value * 1_000_000 // per_second
+            if not 0 <= micros < 86_400_000_000:
+                raise FieldError("", f"{value} is not a time of day in units of 1/{per_second} s")
+            return (EPOCH + dt.timedelta(microseconds=micros)).time()
+        if isinstance(value, str):
+            try:
+                return dt.time.fromisoformat(_trim_fraction(value).rstrip("Z"))
+            except ValueError:
+                pass
+        raise _fail(value, "a time (HH:mm:ss[.fff] or an integer since midnight)")
+
+    return convert
+
+
+def _timestamp(precision: int | None, *, zoned: bool) -> Converter:
+    per_second = units_per_second(precision)
+    epoch = EPOCH_UTC if zoned else EPOCH
+
+    def convert(value: Any) -> dt.datetime:
+        if isinstance(value, int) and not isinstance(value, bool):
+            seconds, rest = divmod(value, per_second)
+            try:
+                return epoch + dt.timedelta(seconds=seconds, microseconds=rest * 1_000_000 // per_second)
+            except OverflowError:
+                raise FieldError("", f"{value} is out of the TIMESTAMP range") from None
+        if isinstance(value, str):
+            try:
+                parsed = dt.datetime.fromisoformat(_trim_fraction(value))
+            except ValueError:
+                raise _fail(
+                    value, "a timestamp (yyyy-MM-dd HH:mm:ss[.fff][zone] or an epoch integer)"
+                ) from None
+            if parsed.tzinfo is None:
+                return parsed.replace(tzinfo=dt.UTC) if zoned else parsed
+            utc = parsed.astimezone(dt.UTC)
+            return utc if zoned else utc.replace(tzinfo=None)
+        raise _fail(value, _TIMESTAMP_FORMS)
+
+    return convert
+
+
+def _array(element: DataType) -> Converter:
+    convert_element = converter(element)
+
+    def convert(value: Any) -> list[Any]:
+        if not isinstance(value, list):
+            raise _fail(value, "an array")
+        out = []
+        for index, item in enumerate(value):
+            try:
+                out.append(None if item is None else convert_element(item))
+            except FieldError as error:
+                raise FieldError(_join(f"[{index}]", error.field), error.reason) from None
+        return out
+
+    return convert
+
+
+def _map(key: DataType, value_type: DataType) -> Converter:
+    convert_key = converter(key)
+    convert_value = converter(value_type)
+
+    def convert(value: Any) -> dict[Any, Any]:
+        if not isinstance(value, Mapping):
+            raise _fail(value, "an object (map)")
+        out = {}
+        for name, item in value.items():
+            try:
+                out[convert_key(name)] = None if item is None else convert_value(item)
+            except FieldError as error:
+                raise FieldError(_join(f"[{name!r}]", error.field), error.reason) from None
+        return out
+
+    return convert
+
+
+def _join(prefix: str, path: str) -> str:
+    if not path:
+        return prefix
+    return f"{prefix}{path}" if path.startswith("[") else f"{prefix}.{path}"
+
+
+def converter(data_type: DataType) -> Converter:
+    """A function from a (non-null) JSON value to the Python value of ``data_type``."""
+    kind = data_type.kind
+    if kind in INTEGER_RANGES:
+        return _integer(kind)
+    simple: dict[TypeKind, Converter] = {
+        TypeKind.BOOLEAN: _boolean,
+        TypeKind.FLOAT: _float32,
+        TypeKind.DOUBLE: _float64,
+        TypeKind.STRING: _string,
+        TypeKind.BINARY: _binary,
+        TypeKind.DATE: _date,
+    }
+    if kind in simple:
+        return simple[kind]
+    if kind is TypeKind.DECIMAL:
+        return _decimal(data_type.precision, data_type.scale)
+    if kind is TypeKind.TIME:
+        return _time(data_type.precision)
+    if kind in (TypeKind.TIMESTAMP_NTZ, TypeKind.TIMESTAMP_LTZ):
+        return _timestamp(data_type.precision, zoned=kind is TypeKind.TIMESTAMP_LTZ)
+    if kind is TypeKind.ARRAY:
+        assert data_type.element is not None  # noqa: S101
+        return _array(data_type.element)
+    if kind is TypeKind.MAP:
+        assert data_type.key is not None and data_type.value is not None  # noqa: S101
+        return _map(data_type.key, data_type.value)
+    return RowConverter(Schema(data_type.fields)).convert_value
+
+
+class RowConverter:
+    """Converts a JSON object into a row dict with the schema's columns, in order.
+
+    Absent fields are NULL (as in Flink); fields the schema does not declare are ignored.
+    ``unavailable`` optionally recognises a placeholder value (Debezium's unchanged-TOAST marker):
+    such a column becomes :data:`UNAVAILABLE` in the row, for the caller to fill or report.
+    """
+
+    def __init__(
+        self,
+        schema: Schema,
+        *,
+        converters: Mapping[str, Converter] | None = None,
+        unavailable: Callable[[Any], bool] | None = None,
+    ) -> None:
+        self.schema = schema
+        given = converters or {}
+        self._columns = [(f.name, given.get(f.name) or converter(f.type)) for f in schema]
+        self._unavailable = unavailable
+
+    def convert(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        row: dict[str, Any] = {}
+        unavailable = self._unavailable
+        name = ""
+        try:
+            for name, convert in self._columns:
+                value = obj.get(name)
+                if value is None:
+                    row[name] = value
+                elif unavailable is not None and unavailable(value):
+                    row[name] = UNAVAILABLE
+                else:
+                    row[name] = convert(value)
+        except FieldError as error:
+            raise FieldError(_join(name, error.field), error.reason) from None
+        return row
+
+    def convert_value(self, value: Any) -> dict[str, Any]:
+        if not isinstance(value, Mapping):
+            raise _fail(value, "an object (struct)")
+        return self.convert(value)
+
+
+class _Unavailable:
+    """Marks a column whose value the source did not send (Debezium's unchanged TOASTed column)."""
+
+    _instance: _Unavailable | None = None
+
+    def __new__(cls) -> _Unavailable:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNAVAILABLE"
+
+    def __reduce__(self) -> str:
+        return "UNAVAILABLE"
+
+
+UNAVAILABLE = _Unavailable()
