@@ -182,6 +182,11 @@ def _decimal(precision: int | None, scale: int | None) -> Converter:
 def _string(value: Any) -> str:
     if value.__class__ is str:
         return value
+    if isinstance(value, dict) and value.keys() == {"scale", "value"}:
+        # Debezium's VariableScaleDecimal (an unconstrained numeric) read as text: its exact digits.
+        return str(variable_scale_decimal(value))
+    if isinstance(value, Decimal):
+        return str(value)
     return orjson.dumps(value).decode()
 
 

@@ -35,7 +35,9 @@ def messages(relative: str) -> list[Message]:
     return [Message(line, file=relative, line=n) for n, line in enumerate(lines, 1) if line.strip()]
 
 
-def decoder(schema: str | None = PRODUCTS, metadata: tuple[str, ...] = (), **options: str) -> DebeziumJsonDecoder:
+def decoder(
+    schema: str | None = PRODUCTS, metadata: tuple[str, ...] = (), **options: str
+) -> DebeziumJsonDecoder:
     decoder = FACTORY.create_decoder(options, parse_ddl(schema) if schema else None, metadata)
     assert isinstance(decoder, DebeziumJsonDecoder)
     return decoder
@@ -136,7 +138,10 @@ def test_schema_include_on_plain_events_and_vice_versa_say_which_option_to_set()
 
 def test_bad_value_names_topic_partition_offset_and_field() -> None:
     bad = Message(
-        b'{"before": null, "after": {"id": "x1"}, "op": "c"}', topic="dbserver1.inventory", partition=2, offset=41
+        b'{"before": null, "after": {"id": "x1"}, "op": "c"}',
+        topic="dbserver1.inventory",
+        partition=2,
+        offset=41,
     )
     with pytest.raises(DecodeError) as raised:
         decoder().decode_all([bad])
@@ -304,7 +309,9 @@ def _with_schema(payload: dict[str, Any], fields: list[dict[str, Any]]) -> Messa
 
 def test_schema_block_decodes_debezium_and_connect_logical_types() -> None:
     decoded = decoder(None, **{"schema-include": "true"})
-    out = decoded.decode_all([_with_schema({"op": "r", "before": None, "after": LOGICAL_AFTER}, LOGICAL_FIELDS)])
+    out = decoded.decode_all(
+        [_with_schema({"op": "r", "before": None, "after": LOGICAL_AFTER}, LOGICAL_FIELDS)]
+    )
     assert out.changes[0].row == LOGICAL_VALUES
     assert decoded.schema.ddl().startswith(
         "id INT NOT NULL, price DECIMAL(12, 3), amount DECIMAL, day DATE, cday DATE, t_ms TIME(3), t_us TIME, "
@@ -324,8 +331,12 @@ def test_declared_schema_applies_the_same_conversions_without_a_schema_block() -
 
 
 def test_declared_schema_with_a_schema_block_casts_to_the_declared_types() -> None:
-    decoded = decoder("id BIGINT NOT NULL, price STRING, day STRING, score DOUBLE", **{"schema-include": "true"})
-    out = decoded.decode_all([_with_schema({"op": "c", "before": None, "after": LOGICAL_AFTER}, LOGICAL_FIELDS)])
+    decoded = decoder(
+        "id BIGINT NOT NULL, price STRING, day STRING, score DOUBLE", **{"schema-include": "true"}
+    )
+    out = decoded.decode_all(
+        [_with_schema({"op": "c", "before": None, "after": LOGICAL_AFTER}, LOGICAL_FIELDS)]
+    )
     assert out.changes[0].row == {
         "id": 1,
         "price": "-1234.567",
@@ -413,7 +424,13 @@ def test_a_delete_forgets_the_kept_image() -> None:
 # Encoding ------------------------------------------------------------------------------------------
 
 ENCODE_SCHEMA = "id INT NOT NULL, name STRING, price DECIMAL(10, 2), at TIMESTAMP_NTZ(3), weight FLOAT"
-ROW_1 = {"id": 1, "name": "a", "price": Decimal("1.50"), "at": dt.datetime(2024, 1, 2, 3, 4, 5, 6000), "weight": 0.1}
+ROW_1 = {
+    "id": 1,
+    "name": "a",
+    "price": Decimal("1.50"),
+    "at": dt.datetime(2024, 1, 2, 3, 4, 5, 6000),
+    "weight": 0.1,
+}
 ROW_1B = {**ROW_1, "name": "b"}
 
 

@@ -69,7 +69,10 @@ def _round_trip(changes: list[Change], options: dict[str, str]) -> list[Change]:
 
 def _normalised(changes: list[Change]) -> list[tuple[RowKind, dict[str, Any]]]:
     # Decimals compare by value (1.500 == 1.5) and keep their declared scale on the way back.
-    return [(c.kind, {k: (v.normalize() if isinstance(v, Decimal) else v) for k, v in c.row.items()}) for c in changes]
+    return [
+        (c.kind, {k: (v.normalize() if isinstance(v, Decimal) else v) for k, v in c.row.items()})
+        for c in changes
+    ]
 
 
 @settings(max_examples=60, deadline=None)

@@ -1,0 +1,312 @@
+"""What ``canal-json``, ``maxwell-json`` and ``ogg-json`` share: options, configuration, metadata
+columns, reading row images (including "old" images that hold only the changed columns) and writing them.
+
+A key present in an "old" image is a changed column, even when its value is null (a change to NULL);
+a key absent from it is unchanged. Flink cannot tell the two apart and keeps the new value for both.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import orjson
+
+from cdcflow.core.model import Row
+from cdcflow.formats.base import MetadataColumn, metadata_schema
+from cdcflow.formats.errors import FieldError, FormatOptionError
+from cdcflow.formats.jsonenc import Encode, MapNullKeyMode, TimestampStandard, value_encoder
+from cdcflow.formats.options import Option, OptionSet, boolean, choice, optional_string, regex
+from cdcflow.formats.types import DataType, Field, Schema, TypeKind
+from cdcflow.formats.values import EPOCH_UTC, Converter, RowConverter, converter
+
+#: Builds the converter of one column type; formats override a few kinds (Canal's binary text).
+ConverterFactory = Callable[[DataType], Converter]
+
+
+def json_options(prefix: str, extra: Sequence[Option[Any]] = ()) -> OptionSet:
+    """Flink's JSON options that the three formats accept, plus the format's own."""
+    return OptionSet(
+        prefix,
+        [
+            Option("ignore-parse-errors", boolean, False, "dead-letter records that cannot be decoded"),
+            Option(
+                "timestamp-format.standard",
+                choice(TimestampStandard),
+                TimestampStandard.SQL,
+                "SQL (2020-01-01 10:00:00) or ISO-8601 (2020-01-01T10:00:00): how timestamps are written "
+                "(both are read)",
+            ),
+            *extra,
+            Option("map-null-key.mode", choice(MapNullKeyMode), MapNullKeyMode.FAIL, "FAIL, DROP or LITERAL"),
+            Option("map-null-key.literal", str, "null", "the key written for a NULL map key in LITERAL mode"),
+            Option(
+                "encode.decimal-as-plain-number",
+                boolean,
+                False,
+                "accepted for Flink compatibility: decimals are always written without an exponent",
+            ),
+            Option("encode.ignore-null-fields", boolean, False, "leave NULL columns out of written rows"),
+        ],
+    )
+
+
+def include_options() -> list[Option[Any]]:
+    return [
+        Option(
+            "database.include",
+            regex,
+            None,
+            "only read messages whose database matches this regular expression (whole name)",
+        ),
+        Option(
+            "table.include", regex, None, "only read messages whose table matches this regular expression"
+        ),
+    ]
+
+
+def target_options(*names: str) -> list[Option[Any]]:
+    """Options naming what the encoder writes in the envelope's ``database`` / ``table`` fields."""
+    return [
+        Option(f"encode.{name}", optional_string, None, f"the {name} name written in each message")
+        for name in names
+    ]
+
+
+@dataclass(frozen=True)
+class FlatJsonConfig:
+    """The parsed options of one of the three formats (parsed once, on the driver)."""
+
+    format_name: str
+    schema: Schema | None
+    metadata: tuple[str, ...] = ()
+    ignore_parse_errors: bool = False
+    timestamp_standard: TimestampStandard = TimestampStandard.SQL
+    map_null_key: MapNullKeyMode = MapNullKeyMode.FAIL
+    map_null_key_literal: str = "null"
+    ignore_null_fields: bool = False
+    database_include: re.Pattern[str] | None = None
+    table_include: re.Pattern[str] | None = None
+    encode_database: str | None = None
+    encode_table: str | None = None
+
+    @classmethod
+    def from_options(
+        cls,
+        options: OptionSet,
+        available: Sequence[MetadataColumn],
+        raw: Mapping[str, str],
+        schema: Schema | None,
+        metadata: Sequence[str] = (),
+    ) -> FlatJsonConfig:
+        values = options.parse(raw)
+        chosen = metadata_schema(available, metadata, options.prefix)
+        config = cls(
+            format_name=options.prefix,
+            schema=schema,
+            metadata=tuple(column.key for column in chosen),
+            ignore_parse_errors=values["ignore-parse-errors"],
+            timestamp_standard=values["timestamp-format.standard"],
+            map_null_key=values["map-null-key.mode"],
+            map_null_key_literal=values["map-null-key.literal"],
+            ignore_null_fields=values["encode.ignore-null-fields"],
+            database_include=values.get("database.include"),
+            table_include=values.get("table.include"),
+            encode_database=values.get("encode.database"),
+            encode_table=values.get("encode.table"),
+        )
+        if schema is not None:
+            output_schema(schema, available, config.metadata)
+        return config
+
+
+def metadata_column_name(key: str) -> str:
+    return key.replace(".", "_").replace("-", "_")
+
+
+def output_schema(physical: Schema, available: Sequence[MetadataColumn], metadata: Sequence[str]) -> Schema:
+    """The table columns followed by the requested metadata columns (``pk-names`` → ``pk_names``)."""
+    by_key = {column.key: column for column in available}
+    fields = list(physical.fields)
+    for key in metadata:
+        name = metadata_column_name(key)
+        if name in physical:
+            raise FormatOptionError(
+                f"metadata column '{name}' ({key}) clashes with a table column of the same name"
+            )
+        fields.append(Field(name, by_key[key].type))
+    return Schema(tuple(fields))
+
+
+@dataclass(frozen=True)
+class MetadataSource:
+    """Where a metadata column comes from in the envelope, and how its JSON value is read."""
+
+    field: str
+    read: Converter
+
+
+def read_metadata(
+    keys: Sequence[str], sources: Mapping[str, MetadataSource], envelope: Mapping[str, Any]
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in keys:
+        source = sources[key]
+        value = envelope.get(source.field)
+        try:
+            out[metadata_column_name(key)] = None if value is None else source.read(value)
+        except FieldError as error:
+            raise FieldError(join_path(source.field, error.field), error.reason) from None
+    return out
+
+
+def epoch_millis(value: Any) -> dt.datetime:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return EPOCH_UTC + dt.timedelta(milliseconds=value)
+    raise FieldError("", f"expected epoch milliseconds (an integer), got {value!r}")
+
+
+def join_path(prefix: str, path: str) -> str:
+    if not path:
+        return prefix
+    if not prefix:
+        return path
+    return f"{prefix}{path}" if path.startswith("[") else f"{prefix}.{path}"
+
+
+def lenient_boolean(value: Any) -> bool:
+    """MySQL has no boolean: BOOLEAN is TINYINT(1), sent as 1/0 (Maxwell) or "1"/"0" (Canal)."""
+    if value is True or value is False:
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return value == 1
+    if isinstance(value, str):
+        lowered = value.strip().lower()
+        if lowered in ("true", "1"):
+            return True
+        if lowered in ("false", "0"):
+            return False
+    raise FieldError("", f"expected a boolean (true/false or 1/0), got {value!r}")
+
+
+def _boolean(_: DataType) -> Converter:
+    return lenient_boolean
+
+
+DEFAULT_OVERRIDES: Mapping[TypeKind, ConverterFactory] = {TypeKind.BOOLEAN: _boolean}
+
+
+class ImageReader:
+    """Reads row images (JSON objects) into typed rows, naming the failing field by its envelope path."""
+
+    def __init__(self, schema: Schema, overrides: Mapping[TypeKind, ConverterFactory] = DEFAULT_OVERRIDES):
+        self.converters = {
+            f.name: overrides[f.type.kind](f.type) if f.type.kind in overrides else converter(f.type)
+            for f in schema
+        }
+        self._rows = RowConverter(schema, converters=self.converters)
+
+    def row(self, image: Any, path: str) -> Row:
+        if not isinstance(image, dict):
+            raise FieldError(path, f"a row image must be a JSON object, got {_json_type(image)}")
+        try:
+            return self._rows.convert(image)
+        except FieldError as error:
+            raise FieldError(join_path(path, error.field), error.reason) from None
+
+    def overlay(self, after: Row, old: Any, path: str) -> Row:
+        """The row before an update: ``after`` with the columns ``old`` names set to their old values."""
+        if not isinstance(old, dict):
+            raise FieldError(path, f"the old image must be a JSON object, got {_json_type(old)}")
+        before = dict(after)
+        for name, value in old.items():
+            convert = self.converters.get(name)
+            if convert is None:
+                continue
+            try:
+                before[name] = None if value is None else convert(value)
+            except FieldError as error:
+                raise FieldError(join_path(join_path(path, name), error.field), error.reason) from None
+        return before
+
+
+def _json_type(value: Any) -> str:
+    return "null" if value is None else type(value).__name__
+
+
+def plain_decimal(value: Decimal) -> str:
+    """A decimal without an exponent (``0.0000001``, not ``1E-7``), as Flink's plain-number option."""
+    return format(value, "f")
+
+
+class JsonImageWriter:
+    """Rows → JSON-ready dicts with typed JSON values (Maxwell, OGG), decimals written plain."""
+
+    def __init__(self, schema: Schema, config: FlatJsonConfig) -> None:
+        self._columns: list[tuple[str, Encode]] = [(f.name, self._encoder(f.type, config)) for f in schema]
+        self._ignore_nulls = config.ignore_null_fields
+
+    @staticmethod
+    def _encoder(data_type: DataType, config: FlatJsonConfig) -> Encode:
+        if data_type.kind is TypeKind.DECIMAL:
+            return lambda v: orjson.Fragment(plain_decimal(v))
+        return value_encoder(
+            data_type,
+            config.timestamp_standard,
+            map_null_key=config.map_null_key,
+            map_null_key_literal=config.map_null_key_literal,
+        )
+
+    def write(self, row: Mapping[str, Any], *, keep_nulls: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for name, encode in self._columns:
+            value = row.get(name)
+            if value is None:
+                if keep_nulls or not self._ignore_nulls:
+                    out[name] = None
+            else:
+                out[name] = encode(value)
+        return out
+
+    def changed(self, before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
+        """The columns of ``before`` whose written value differs from ``after``'s (an "old" image).
+
+        NULLs are kept here even with ``encode.ignore-null-fields``: an absent key means "unchanged".
+        """
+        old_image = self.write(before, keep_nulls=True)
+        new_image = self.write(after, keep_nulls=True)
+        return {
+            name: value
+            for name, value in old_image.items()
+            if orjson.dumps(value) != orjson.dumps(new_image[name])
+        }
+
+
+def key_bytes(
+    row: Mapping[str, Any] | None, key_columns: Sequence[str], writer: JsonImageWriter
+) -> bytes | None:
+    """The Kafka key: the key columns as a JSON object (None without key columns)."""
+    if row is None or not key_columns:
+        return None
+    image = writer.write(row, keep_nulls=True)
+    return orjson.dumps({name: image.get(name) for name in key_columns})
+
+
+def require_schema(config: FlatJsonConfig) -> Schema:
+    if config.schema is None:
+        raise FormatOptionError(
+            f"format '{config.format_name}' needs the table schema: pass it as a Spark DDL string, e.g. "
+            "schema='id INT NOT NULL, name STRING'"
+        )
+    return config.schema
+
+
+def check_key_columns(schema: Schema, key_columns: Sequence[str]) -> tuple[str, ...]:
+    for column in key_columns:
+        if column not in schema:
+            raise FormatOptionError(f"key column '{column}' is not in the schema ({schema.names})")
+    return tuple(key_columns)
