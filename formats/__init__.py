@@ -10,8 +10,8 @@ into the changelog model, and encode changelogs back into envelopes.
 from cdcflow.formats.base import (
     ControlEvent,
     DeadLetter,
-    Decoder,
     DecodeOutput,
+    Decoder,
     Encoded,
     Encoder,
     FormatMetrics,

@@ -208,8 +208,8 @@ class ChangeBuilder:
             raise FieldError(
                 "before",
                 "the UPDATE has no before image (before is null), so its -U row cannot be built; on "
-                "PostgreSQL set the table's REPLICA IDENTITY to FULL, or set "
-                f"'{self.format_name}.changelog-mode'='upsert' to read updates as upserts",
+                "PostgreSQL give the table REPLICA IDENTITY FULL, or read updates as upserts with "
+                f"'{self.format_name}.changelog-mode'='upsert'",
             )
         if op == "d" and before is None:
             raise FieldError(

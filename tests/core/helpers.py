@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, time, timezone
+from datetime import UTC, datetime, time
 from typing import Any
 
 from cdcflow import Change, RowKind, Watermark
@@ -60,7 +60,7 @@ def wm(hhmm: str) -> Watermark:
 
 def wall(hhmm: str) -> float:
     """``Wall Clock: 14:00`` as epoch seconds (on an arbitrary fixed day)."""
-    return datetime.combine(datetime(2024, 1, 1).date(), t(hhmm), tzinfo=timezone.utc).timestamp()
+    return datetime.combine(datetime(2024, 1, 1).date(), t(hhmm), tzinfo=UTC).timestamp()
 
 
 @dataclass

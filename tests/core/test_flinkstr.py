@@ -46,7 +46,7 @@ def test_java_double_to_string(value: float, text: str) -> None:
         (dt.datetime(2020, 1, 1, 10, 0), "2020-01-01T10:00"),
         (dt.datetime(2020, 1, 1, 10, 0, 5, 120000), "2020-01-01T10:00:05.120"),
         (dt.datetime(2020, 1, 1, 10, 0, 5, 123456), "2020-01-01T10:00:05.123456"),
-        (dt.datetime(2020, 1, 1, 10, 0, tzinfo=dt.timezone.utc), "2020-01-01T10:00Z"),
+        (dt.datetime(2020, 1, 1, 10, 0, tzinfo=dt.UTC), "2020-01-01T10:00Z"),
         (dt.date(2020, 1, 2), "2020-01-02"),
         (dt.time(9, 5), "09:05"),
         ({"id": 1, "n": None}, "{id=1, n=null}"),

@@ -200,8 +200,8 @@ def test_metadata_columns() -> None:
         "name": "scooter",
         "source_database": "inventory",
         "source_table": "products",
-        "source_timestamp": dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc),
-        "ingestion_timestamp": dt.datetime(2020, 5, 13, 7, 40, 6, 100000, tzinfo=dt.timezone.utc),
+        "source_timestamp": dt.datetime(1970, 1, 1, tzinfo=dt.UTC),
+        "ingestion_timestamp": dt.datetime(2020, 5, 13, 7, 40, 6, 100000, tzinfo=dt.UTC),
         "op": "c",
     }
 
@@ -286,7 +286,7 @@ LOGICAL_VALUES = {
     "ts_us": dt.datetime(1969, 12, 31, 23, 59, 58, 999999),
     "ts_ns": dt.datetime(2020, 9, 13, 12, 26, 40, 123456),
     "cts": dt.datetime(1970, 1, 1),
-    "zts": dt.datetime(2023, 3, 23, 20, 0, 10, 123456, tzinfo=dt.timezone.utc),
+    "zts": dt.datetime(2023, 3, 23, 20, 0, 10, 123456, tzinfo=dt.UTC),
     "doc": '{"a": [1, 2]}',
     "uid": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
     "mood": "happy",
@@ -314,8 +314,9 @@ def test_schema_block_decodes_debezium_and_connect_logical_types() -> None:
     )
     assert out.changes[0].row == LOGICAL_VALUES
     assert decoded.schema.ddl().startswith(
-        "id INT NOT NULL, price DECIMAL(12, 3), amount DECIMAL, day DATE, cday DATE, t_ms TIME(3), t_us TIME, "
-        "t_ns TIME(9), ct TIME(3), ts_ms TIMESTAMP_NTZ(3), ts_us TIMESTAMP_NTZ, ts_ns TIMESTAMP_NTZ(9)"
+        "id INT NOT NULL, price DECIMAL(12, 3), amount DECIMAL, day DATE, cday DATE, t_ms TIME(3), "
+        "t_us TIME, t_ns TIME(9), ct TIME(3), ts_ms TIMESTAMP_NTZ(3), ts_us TIMESTAMP_NTZ, "
+        "ts_ns TIMESTAMP_NTZ(9)"
     )
 
 

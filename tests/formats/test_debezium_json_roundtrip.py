@@ -25,7 +25,7 @@ values = {
     "price": st.decimals(min_value=-(10**8), max_value=10**8, places=3, allow_nan=False),
     "amount": st.decimals(min_value=-(10**27), max_value=10**27, places=10, allow_nan=False),
     "at": naive,
-    "seen": naive.map(lambda d: d.replace(tzinfo=dt.timezone.utc)),
+    "seen": naive.map(lambda d: d.replace(tzinfo=dt.UTC)),
     "day": st.dates(min_value=dt.date(1, 1, 1)),
     "clock": st.times(),
     "raw": st.binary(max_size=6),

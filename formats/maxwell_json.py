@@ -1,0 +1,200 @@
+"""``maxwell-json``: Maxwell's daemon messages, one row per message with typed JSON values.
+
+``type`` ``insert`` / ``update`` / ``delete`` give ``+I`` / ``-U`` ``+U`` / ``-D``; the ``-U`` row is
+``data`` overlaid by ``old`` (only the changed columns; a key with null is a change to NULL, which Flink
+cannot tell from "unchanged"). Unlike Flink, ``bootstrap-insert`` is read as ``+I``,
+``bootstrap-start`` / ``bootstrap-complete`` go to the side output as ``bootstrap`` events and DDL
+messages (``table-create``, ``database-alter``, ...) as ``schema-change`` events; an update without
+``old`` changed nothing (before = after). BOOLEAN reads Maxwell's 1/0 for TINYINT(1).
+
+Encoding writes an update as ONE ``update`` message with ``old`` holding exactly the changed columns
+(Flink writes a delete and an insert). ``ts`` and ``xid`` are not written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import orjson
+
+from cdcflow.core.model import Change
+from cdcflow.core.params import plan_to_changelog
+from cdcflow.core.rowkind import DEL, INS, UA, UB
+from cdcflow.core.to_envelopes import ToChangelog
+from cdcflow.formats.base import (
+    ControlEvent,
+    Decoded,
+    Decoder,
+    Encoded,
+    Encoder,
+    FormatMetrics,
+    Message,
+    MetadataColumn,
+    parse_json_object,
+)
+from cdcflow.formats.errors import FieldError
+from cdcflow.formats.flat_json_common import (
+    FlatJsonConfig,
+    ImageReader,
+    JsonImageWriter,
+    MetadataSource,
+    check_key_columns,
+    epoch_millis,
+    json_options,
+    key_bytes,
+    output_schema,
+    read_metadata,
+    require_schema,
+    target_options,
+)
+from cdcflow.formats.registry import FormatFactory
+from cdcflow.formats.types import STRING, TIMESTAMP_LTZ_MILLIS, DataType, Schema, TypeKind
+from cdcflow.formats.values import converter
+
+NAME = "maxwell-json"
+
+OPTIONS = json_options(NAME, target_options("database", "table"))
+
+METADATA = (
+    MetadataColumn("database", STRING, "the database of the change"),
+    MetadataColumn("table", STRING, "the table of the change"),
+    MetadataColumn(
+        "primary-key-columns",
+        DataType(TypeKind.ARRAY, element=STRING),
+        "primary-key columns (primary_key_columns)",
+    ),
+    MetadataColumn("ingestion-timestamp", TIMESTAMP_LTZ_MILLIS, "when Maxwell processed the change (ts)"),
+)
+
+
+def _epoch_seconds(value: Any) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return epoch_millis(value * 1000)
+    raise FieldError("", f"expected epoch seconds (an integer), got {value!r}")
+
+
+SOURCES = {
+    "database": MetadataSource("database", converter(STRING)),
+    "table": MetadataSource("table", converter(STRING)),
+    "primary-key-columns": MetadataSource("primary_key_columns", converter(METADATA[2].type)),
+    "ingestion-timestamp": MetadataSource("ts", _epoch_seconds),
+}
+
+ROW_TYPES = {"insert": INS, "bootstrap-insert": INS, "update": UA, "delete": DEL}
+BOOTSTRAP_MARKERS = frozenset({"bootstrap-start", "bootstrap-complete"})
+DDL_PREFIXES = ("table-", "database-")
+
+
+class MaxwellJsonDecoder(Decoder):
+    format_name = NAME
+
+    def __init__(self, config: FlatJsonConfig) -> None:
+        super().__init__(ignore_parse_errors=config.ignore_parse_errors)
+        self.config = config
+        schema = require_schema(config)
+        self._reader = ImageReader(schema)
+        self.schema = output_schema(schema, METADATA, config.metadata)
+
+    def __reduce__(self) -> tuple[Callable[..., MaxwellJsonDecoder], tuple[FlatJsonConfig]]:
+        return type(self), (self.config,)
+
+    def decode_message(self, message: Message, metrics: FormatMetrics) -> Decoded:
+        assert message.value is not None  # noqa: S101 - the base class skips tombstones
+        envelope = parse_json_object(message.value, "a Maxwell message")
+        kind = envelope.get("type")
+        if isinstance(kind, str) and kind.startswith(DDL_PREFIXES):
+            return ControlEvent("schema-change", message, envelope)
+        if kind in BOOTSTRAP_MARKERS:
+            return ControlEvent("bootstrap", message, envelope)
+        row_kind = ROW_TYPES.get(kind) if isinstance(kind, str) else None
+        if row_kind is None:
+            raise FieldError(
+                "type",
+                f"unknown Maxwell message type {kind!r}: expected insert, update, delete, bootstrap-*, "
+                "or a DDL type (table-*, database-*)",
+            )
+        after = self._reader.row(envelope.get("data"), "data")
+        if row_kind is UA:
+            old = envelope.get("old")
+            before = self._reader.overlay(after, {} if old is None else old, "old")
+            changes = [Change(UB, before), Change(UA, after)]
+        else:
+            changes = [Change(row_kind, after)]
+        if self.config.metadata:
+            extra = read_metadata(self.config.metadata, SOURCES, envelope)
+            for change in changes:
+                change.row.update(extra)
+        return changes
+
+
+class MaxwellJsonEncoder(Encoder):
+    """Writes ``{"database", "table", "type", "data", "old"?, "primary_key_columns"?}`` messages.
+
+    The Kafka key is the key columns as a JSON object, or None without key columns.
+    """
+
+    format_name = NAME
+
+    def __init__(self, config: FlatJsonConfig, key_columns: Sequence[str]) -> None:
+        schema = require_schema(config)
+        self.config = config
+        self.key_columns = check_key_columns(schema, key_columns)
+        self._writer = JsonImageWriter(schema, config)
+        self._engine = ToChangelog(
+            plan_to_changelog(
+                op="type",
+                before="before",
+                after="after",
+                op_mapping={"INSERT": "insert", "UPDATE_BEFORE, UPDATE_AFTER": "update", "DELETE": "delete"},
+                partition_by=self.key_columns or None,
+                produces_full_deletes=True,
+            )
+        )
+
+    def encode(self, change: Change) -> list[Encoded]:
+        return [self._serialise(envelope) for envelope in self._engine.process(change)]
+
+    def flush(self) -> list[Encoded]:
+        return [self._serialise(envelope) for envelope in self._engine.flush()]
+
+    def _serialise(self, envelope: Mapping[str, Any]) -> Encoded:
+        kind: str = envelope["type"]
+        before, after = envelope.get("before"), envelope.get("after")
+        image = after if after is not None else before
+        assert image is not None  # noqa: S101 - every envelope carries a row
+        message: dict[str, Any] = {
+            "database": self.config.encode_database,
+            "table": self.config.encode_table,
+            "type": kind,
+            "data": self._writer.write(image),
+        }
+        if kind == "update" and before is not None and after is not None:
+            message["old"] = self._writer.changed(before, after)
+        elif kind == "update":
+            # A -U whose +U never came: the row is retracted.
+            message["type"] = "delete"
+        if self.key_columns:
+            message["primary_key_columns"] = list(self.key_columns)
+        return Encoded(key_bytes(image, self.key_columns, self._writer), orjson.dumps(message))
+
+
+class MaxwellJsonFormat(FormatFactory):
+    name = NAME
+    options = OPTIONS
+    metadata_columns = METADATA
+
+    def create_decoder(
+        self, options: Mapping[str, str], schema: Schema | None = None, metadata: Sequence[str] = ()
+    ) -> MaxwellJsonDecoder:
+        config = FlatJsonConfig.from_options(
+            OPTIONS, METADATA, options, self.require_schema(schema), metadata
+        )
+        return MaxwellJsonDecoder(config)
+
+    def create_encoder(
+        self, options: Mapping[str, str], schema: Schema, key_columns: Sequence[str] = ()
+    ) -> MaxwellJsonEncoder:
+        return MaxwellJsonEncoder(
+            FlatJsonConfig.from_options(OPTIONS, METADATA, options, schema), key_columns
+        )
