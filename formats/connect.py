@@ -12,6 +12,7 @@ import base64
 import datetime as dt
 import math
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 from cdcflow.formats import values
@@ -119,7 +120,7 @@ def _connect_decimal(data_type: DataType) -> Converter:
     def convert(value: Any) -> Any:
         if isinstance(value, str):
             return values.decimal_from_base64(value, scale)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if isinstance(value, (int, float, Decimal)) and not isinstance(value, bool):
             return from_number(value)
         raise FieldError("", f"expected a base64 Connect Decimal, got {type(value).__name__}")
 

@@ -36,7 +36,7 @@ from cdcflow.formats.errors import FieldError, FormatOptionError, SchemaError
 from cdcflow.formats.jsonenc import MapNullKeyMode, RowEncoder, TimestampStandard
 from cdcflow.formats.options import Option, OptionSet, boolean, choice, names
 from cdcflow.formats.registry import FormatFactory
-from cdcflow.formats.types import DataType, Schema, TypeKind
+from cdcflow.formats.types import INTEGER_KINDS, DataType, Schema, TypeKind
 from cdcflow.formats.values import Converter, InexactNumber, RowConverter, converter, loads_exact
 
 NAME = "debezium-json"
@@ -124,7 +124,9 @@ class DebeziumJsonDecoder(Decoder):
         super().__init__(ignore_parse_errors=config.ignore_parse_errors)
         self.config = config
         self._declared = (
-            RowConverter(config.schema, unavailable=is_unavailable) if config.schema is not None else None
+            RowConverter(config.schema, unavailable=is_unavailable, enforce_not_null=True)
+            if config.schema is not None
+            else None
         )
         if config.schema is not None:
             self.schema = output_schema(config.schema, config.metadata)
@@ -203,13 +205,22 @@ class DebeziumJsonDecoder(Decoder):
         declared = self.config.schema
         if declared is None:
             self.schema = output_schema(physical, self.config.metadata)
-            return RowConverter(physical, converters=converters, unavailable=is_unavailable)
+            # Debezium fills key-only delete images with NULLs whatever the column's nullability.
+            return RowConverter(
+                physical, converters=converters, unavailable=is_unavailable, enforce_not_null=False
+            )
+        raw_types = {f.get("field"): f.get("type") for f in value_schema.get("fields") or []}
         chosen = {}
         for column in declared:
-            if column.name in physical:
-                source = physical.field(column.name).type
-                chosen[column.name] = _coerce(converters[column.name], source, column.type, column.name)
-        return RowConverter(declared, converters=chosen, unavailable=is_unavailable)
+            if column.name not in physical:
+                continue
+            if column.type.kind in INTEGER_KINDS and raw_types.get(column.name) in ("int32", "int64"):
+                # Declared as an integer: the physical value (days, epoch units), as Flink reads it.
+                chosen[column.name] = converter(column.type)
+                continue
+            source = physical.field(column.name).type
+            chosen[column.name] = _coerce(converters[column.name], source, column.type, column.name)
+        return RowConverter(declared, converters=chosen, unavailable=is_unavailable, enforce_not_null=True)
 
     def _state_key(self, row: dict[str, Any] | None, message: Message) -> Hashable | None:
         builder = self._builder

@@ -208,7 +208,7 @@ class ImageReader:
             f.name: overrides[f.type.kind](f.type) if f.type.kind in overrides else converter(f.type)
             for f in schema
         }
-        self._rows = RowConverter(schema, converters=self.converters)
+        self._rows = RowConverter(schema, converters=self.converters, enforce_not_null=True)
 
     def row(self, image: Any, path: str) -> Row:
         if not isinstance(image, dict):

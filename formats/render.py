@@ -21,6 +21,9 @@ def render_value(value: Any, data_type: DataType) -> str:
     if kind is TypeKind.FLOAT and isinstance(value, float):
         text = float32_repr(value)
         return {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}.get(text, text)
+    if isinstance(value, bytes):
+        # Flink prints BYTES as Java's signed byte array.
+        return "[" + ", ".join(str(b - 256 if b > 127 else b) for b in value) + "]"
     if kind is TypeKind.ARRAY and data_type.element is not None:
         return "[" + ", ".join(render_value(v, data_type.element) for v in value) + "]"
     if kind is TypeKind.MAP and data_type.key is not None and data_type.value is not None:

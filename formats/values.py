@@ -339,7 +339,8 @@ def converter(data_type: DataType) -> Converter:
 class RowConverter:
     """Converts a JSON object into a row dict with the schema's columns, in order.
 
-    Absent fields are NULL (as in Flink); fields the schema does not declare are ignored.
+    Absent fields are NULL (as in Flink); fields the schema does not declare are ignored. A NULL in a
+    column declared NOT NULL is an error here, at the record, not later at the sink.
     ``unavailable`` optionally recognises a placeholder value (Debezium's unchanged-TOAST marker):
     such a column becomes :data:`UNAVAILABLE` in the row, for the caller to fill or report.
     """
@@ -350,10 +351,14 @@ class RowConverter:
         *,
         converters: Mapping[str, Converter] | None = None,
         unavailable: Callable[[Any], bool] | None = None,
+        enforce_not_null: bool = False,
     ) -> None:
         self.schema = schema
         given = converters or {}
         self._columns = [(f.name, given.get(f.name) or converter(f.type)) for f in schema]
+        self._not_null = (
+            frozenset(f.name for f in schema if not f.nullable) if enforce_not_null else frozenset()
+        )
         self._unavailable = unavailable
 
     def convert(self, obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -364,6 +369,8 @@ class RowConverter:
             for name, convert in self._columns:
                 value = obj.get(name)
                 if value is None:
+                    if name in self._not_null:
+                        raise FieldError("", "is NULL or missing, but the column is declared NOT NULL")
                     row[name] = value
                 elif unavailable is not None and unavailable(value):
                     row[name] = UNAVAILABLE

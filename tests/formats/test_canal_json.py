@@ -126,9 +126,17 @@ def test_table_include_is_a_whole_name_match() -> None:
     )
 
 
-def test_unfiltered_mixed_tables_fail_on_the_non_numeric_id() -> None:
+def test_unfiltered_mixed_tables_fail_on_the_first_row_of_another_table() -> None:
+    # Line 4 is a row of another table, with no 'id': NULL in a NOT NULL column.
     with pytest.raises(DecodeError) as raised:
         decoder().decode_all(messages("flink/canal-data-filter-table.txt"))
+    assert "flink/canal-data-filter-table.txt:4, field 'data[0].id': is NULL or missing" in str(raised.value)
+
+
+def test_unfiltered_mixed_tables_fail_on_the_non_numeric_id() -> None:
+    nullable_id = PRODUCTS.replace(" NOT NULL", "")
+    with pytest.raises(DecodeError) as raised:
+        decoder(nullable_id).decode_all(messages("flink/canal-data-filter-table.txt"))
     assert "flink/canal-data-filter-table.txt:16, field 'data[0].id'" in str(raised.value)
     assert "'A101'" in str(raised.value)
 
@@ -146,7 +154,7 @@ def test_paimon_event_files_binary_is_iso_8859_1_text() -> None:
         "-U[1, 2, two, null, null, null, null]",
         "+U[1, 2, second, null, null, null, null]",
         "-D[1, 1, one, null, null, null, null]",
-        "+I[1, 9, nine, 90000000000, 99999.999, bmluZS5iaW4=, 9.9]",
+        "+I[1, 9, nine, 90000000000, 99999.999, [110, 105, 110, 101, 46, 98, 105, 110], 9.9]",
     ]
     assert out.changes[-1].row["v4"] == b"nine.bin"  # Flink fails here: it expects base64
 
