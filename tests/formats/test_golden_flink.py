@@ -33,8 +33,8 @@ KNOWN_DIFFERENCES = {
     "side output",
     "flink-debezium-postgres-data-replica-identity": "both fail on the update without a before image; our "
     "error names the line and field and says how to fix it",
-    "flink-debezium-postgres-data-replica-identity-ignore-errors": "Flink drops the 5 events without a before "
-    "image silently; we dead-letter them (read them with changelog-mode=upsert to keep them)",
+    "flink-debezium-postgres-data-replica-identity-ignore-errors": "Flink drops the 5 events without a "
+    "before image silently; we dead-letter them (read them with changelog-mode=upsert to keep them)",
     "paimon-canal-table-alltype-canal-data": "Flink cannot read MySQL TIMESTAMP text as TIMESTAMP_LTZ and "
     "reads binary as base64; we read both as Canal writes them",
     "paimon-canal-table-alltype-canal-data-ignore-errors": _FLINK_NULLS_WE_READ,
@@ -62,7 +62,8 @@ KNOWN_DIFFERENCES = {
     "risingwave-canal-json-double-field-ignore-errors": _FLINK_NULLS_BAD_FIELDS,
     "risingwave-debezium-timestamp": "Flink cannot read Debezium's epoch timestamp; we decode the schema",
     "risingwave-debezium-timestamp-ignore-errors": _FLINK_NULLS_WE_READ,
-    "risingwave-maxwell-json-boolean": "Flink's Boolean.parseBoolean reads MySQL's 1 as false; we read 1 as true",
+    "risingwave-maxwell-json-boolean": "Flink's Boolean.parseBoolean reads MySQL's 1 as false; we read it "
+    "as true",
 }
 
 
