@@ -9,8 +9,11 @@ from __future__ import annotations
 import base64
 import datetime as dt
 from collections.abc import Hashable, Mapping, Sequence
+from decimal import Decimal
 from enum import Enum
 from typing import Any
+
+import orjson
 
 from cdcflow.core.from_envelopes import FromChangelog
 from cdcflow.core.model import Change, Row
@@ -26,7 +29,7 @@ from cdcflow.formats.types import (
     Schema,
     TypeKind,
 )
-from cdcflow.formats.values import UNAVAILABLE
+from cdcflow.formats.values import UNAVAILABLE, Converter, converter
 
 PLACEHOLDER = "__debezium_unavailable_value"
 _PLACEHOLDER_BASE64 = base64.b64encode(PLACEHOLDER.encode()).decode()
@@ -277,3 +280,42 @@ def _hashable(value: Any) -> Hashable:
     if isinstance(value, dict):
         return tuple((k, _hashable(v)) for k, v in value.items())
     return value  # type: ignore[no-any-return]
+
+
+def coerce_converter(convert: Converter, source: DataType, target: DataType, column: str) -> Converter:
+    """Decode with the message's own type, then cast to the declared one."""
+    if source.kind is target.kind and target.kind not in (TypeKind.DECIMAL, TypeKind.STRUCT):
+        return convert
+    if target.kind is TypeKind.STRING:
+        return lambda v: _as_text(convert(v))
+    numeric = {TypeKind.DECIMAL, TypeKind.FLOAT, TypeKind.DOUBLE} | {
+        TypeKind.TINYINT,
+        TypeKind.SMALLINT,
+        TypeKind.INT,
+        TypeKind.BIGINT,
+    }
+    if source.kind in numeric and target.kind in numeric:
+        cast = converter(target)
+        return lambda v: cast(_plain_number(convert(v)))
+    if source.kind is target.kind:
+        cast = converter(target)
+        return lambda v: cast(convert(v))
+    raise FieldError(
+        f"schema.{column}",
+        f"the column is declared {target.ddl()} but the message schema says {source.ddl()}; declare a "
+        "compatible type or STRING",
+    )
+
+
+def _plain_number(value: Any) -> Any:
+    return str(value) if isinstance(value, Decimal) else value
+
+
+def _as_text(value: Any) -> str:
+    if hasattr(value, "isoformat"):
+        return value.isoformat()  # type: ignore[no-any-return]
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, Decimal):
+        return str(value)
+    return value if isinstance(value, str) else orjson.dumps(value, default=str).decode()

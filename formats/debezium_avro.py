@@ -37,11 +37,11 @@ from cdcflow.formats.debezium import (
     DebeziumMode,
     UnavailableHandling,
     check_metadata,
+    coerce_converter,
     is_unavailable,
     metadata_values,
     output_schema,
 )
-from cdcflow.formats.debezium_json import _coerce
 from cdcflow.formats.errors import (
     EncodeError,
     FieldError,
@@ -351,7 +351,9 @@ class DebeziumAvroDecoder(Decoder):
             for column in declared:
                 if column.name in physical:
                     source = physical.field(column.name).type
-                    chosen[column.name] = _coerce(converters[column.name], source, column.type, column.name)
+                    chosen[column.name] = coerce_converter(
+                        converters[column.name], source, column.type, column.name
+                    )
             rows = RowConverter(declared, converters=chosen, unavailable=is_unavailable)
         return _Writer(text, parsed, rows)
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 import orjson
@@ -28,6 +27,7 @@ from cdcflow.formats.debezium import (
     DebeziumMode,
     UnavailableHandling,
     check_metadata,
+    coerce_converter,
     is_unavailable,
     metadata_values,
     output_schema,
@@ -36,8 +36,8 @@ from cdcflow.formats.errors import FieldError, FormatOptionError, SchemaError
 from cdcflow.formats.jsonenc import MapNullKeyMode, RowEncoder, TimestampStandard
 from cdcflow.formats.options import Option, OptionSet, boolean, choice, names
 from cdcflow.formats.registry import FormatFactory
-from cdcflow.formats.types import INTEGER_KINDS, DataType, Schema, TypeKind
-from cdcflow.formats.values import Converter, InexactNumber, RowConverter, converter, loads_exact
+from cdcflow.formats.types import INTEGER_KINDS, Schema
+from cdcflow.formats.values import InexactNumber, RowConverter, converter, loads_exact
 
 NAME = "debezium-json"
 
@@ -219,7 +219,8 @@ class DebeziumJsonDecoder(Decoder):
                 chosen[column.name] = converter(column.type)
                 continue
             source = physical.field(column.name).type
-            chosen[column.name] = _coerce(converters[column.name], source, column.type, column.name)
+            convert = converters[column.name]
+            chosen[column.name] = coerce_converter(convert, source, column.type, column.name)
         return RowConverter(declared, converters=chosen, unavailable=is_unavailable, enforce_not_null=True)
 
     def _state_key(self, row: dict[str, Any] | None, message: Message) -> Hashable | None:
@@ -269,45 +270,6 @@ def _value_struct(schema_block: Any) -> Mapping[str, Any]:
         if field_schema is not None:
             return field_schema
     raise FieldError("schema", "the Connect schema has neither an 'after' nor a 'before' field")
-
-
-def _coerce(convert: Converter, source: DataType, target: DataType, column: str) -> Converter:
-    """Decode with the message's own type, then cast to the declared one."""
-    if source.kind is target.kind and target.kind not in (TypeKind.DECIMAL, TypeKind.STRUCT):
-        return convert
-    if target.kind is TypeKind.STRING:
-        return lambda v: _as_text(convert(v))
-    numeric = {TypeKind.DECIMAL, TypeKind.FLOAT, TypeKind.DOUBLE} | {
-        TypeKind.TINYINT,
-        TypeKind.SMALLINT,
-        TypeKind.INT,
-        TypeKind.BIGINT,
-    }
-    if source.kind in numeric and target.kind in numeric:
-        cast = converter(target)
-        return lambda v: cast(_plain_number(convert(v)))
-    if source.kind is target.kind:
-        cast = converter(target)
-        return lambda v: cast(convert(v))
-    raise FieldError(
-        f"schema.{column}",
-        f"the column is declared {target.ddl()} but the message schema says {source.ddl()}; declare a "
-        "compatible type or STRING",
-    )
-
-
-def _plain_number(value: Any) -> Any:
-    return str(value) if isinstance(value, Decimal) else value
-
-
-def _as_text(value: Any) -> str:
-    if hasattr(value, "isoformat"):
-        return value.isoformat()  # type: ignore[no-any-return]
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, Decimal):
-        return str(value)
-    return value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
 
 
 class DebeziumJsonEncoder(Encoder):
