@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import io
 import json
 import time
 from collections.abc import Callable
@@ -22,6 +23,8 @@ from typing import Any
 
 import orjson
 
+from cdcflow.core.model import Change
+from cdcflow.core.rowkind import RowKind
 from cdcflow.formats import Message, parse_ddl, resolve_format
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,6 +135,21 @@ CASES = [
 ]
 
 
+def _generic_lines(n: int) -> list[bytes]:
+    ops = ["c", "u", "u", "d"]
+    return [
+        orjson.dumps({"id": i // 4, "name": f"n{i}", "description": "d", "weight": 1.5, "__op": ops[i % 4]})
+        for i in range(n)
+    ]
+
+
+def _upsert_lines(n: int) -> list[tuple[bytes, bytes | None]]:
+    return [
+        (orjson.dumps({"id": i // 2}), None if i % 10 == 9 else orjson.dumps({"id": i // 2, "name": f"n{i}"}))
+        for i in range(n)
+    ]
+
+
 def _time(function: Callable[[], Any]) -> float:
     gc.collect()
     start = time.perf_counter()
@@ -150,13 +168,67 @@ def run_case(case: Case, n: int) -> None:
     messages = [Message(line, topic="bench", partition=0, offset=i) for i, line in enumerate(lines)]
     factory = resolve_format(case.format)
     decoder = factory.create_decoder(case.options, parse_ddl(case.schema) if case.schema else None)
-    baseline = min(_time(lambda: _parse_all(lines)) for _ in range(2))
+    _report(case.name, n, lines, lambda: decoder.decode_all(messages))
+
+
+def run_generic(n: int) -> None:
+    lines = _generic_lines(n)
+    decoder = resolve_format("generic").create_decoder({"preset": "debezium-unwrap"}, parse_ddl(PRODUCTS))
+    _report("generic (debezium unwrap)", n, lines, lambda: decoder.decode_all(_messages(lines)))
+
+
+def run_upsert_kafka(n: int) -> None:
+    pairs = _upsert_lines(n)
+    decoder = resolve_format("upsert-kafka").create_decoder(
+        {"key.fields": "id"}, parse_ddl("id INT NOT NULL, name STRING")
+    )
+    messages = [Message(v, key=k, topic="bench", partition=0, offset=i) for i, (k, v) in enumerate(pairs)]
+    lines = [v if v is not None else k for k, v in pairs]
+    _report("upsert-kafka (json, 10% tombstones)", n, lines, lambda: decoder.decode_all(messages))
+
+
+def run_avro(n: int) -> None:
+    import fastavro
+
+    factory = resolve_format("debezium-avro-confluent")
+    schema = parse_ddl(PRODUCTS)
+    encoder = factory.create_encoder({"schema-id": "1"}, schema, ["id"])
+    changes = []
+    for i in range(n):
+        row = {"id": i, "name": "scooter", "description": "Small 2-wheel scooter", "weight": 3.14}
+        changes.append(Change(RowKind.INSERT, row))
+    payloads = [e.value for e in encoder.encode_all(changes) if e.value is not None]
+    writer = encoder.writer_schema  # type: ignore[attr-defined]
+    decoder = factory.create_decoder({"schema": writer, "schema-id": "1"}, None)
+    parsed = fastavro.parse_schema(json.loads(writer))
+    messages = _messages(payloads)
+
+    def baseline() -> None:
+        for payload in payloads:
+            fastavro.schemaless_reader(io.BytesIO(payload[5:]), parsed, None)
+
+    base = min(_time(baseline) for _ in range(2))
     out_holder: list[Any] = []
     elapsed = min(_time(lambda: out_holder.append(decoder.decode_all(messages))) for _ in range(2))
+    print(
+        f"{'debezium-avro-confluent (products, inserts)':<52} {n / base / 1e3:>8.0f}k msg/s fastavro "
+        f"{n / elapsed / 1e3:>6.0f}k msg/s decoded ({out_holder[-1].metrics.changes / elapsed / 1e3:>5.0f}k "
+        f"changes/s)  ratio {base / elapsed:.2f}"
+    )
+
+
+def _messages(lines: list[bytes]) -> list[Message]:
+    return [Message(line, topic="bench", partition=0, offset=i) for i, line in enumerate(lines)]
+
+
+def _report(name: str, n: int, lines: list[bytes], decode: Callable[[], Any]) -> None:
+    baseline = min(_time(lambda: _parse_all(lines)) for _ in range(2))
+    out_holder: list[Any] = []
+    elapsed = min(_time(lambda: out_holder.append(decode())) for _ in range(2))
     out = out_holder[-1]
     assert out.metrics.dead_letters == 0 and out.metrics.messages == n
     print(
-        f"{case.name:<52} {n / baseline / 1e3:>8.0f}k msg/s orjson  {n / elapsed / 1e3:>7.0f}k msg/s decoded "
+        f"{name:<52} {n / baseline / 1e3:>8.0f}k msg/s orjson  {n / elapsed / 1e3:>7.0f}k msg/s decoded "
         f"({out.metrics.changes / elapsed / 1e3:>5.0f}k changes/s)  ratio {baseline / elapsed:.2f}"
     )
 
@@ -171,6 +243,10 @@ def main() -> None:
         if args.only and args.only not in case.name:
             continue
         run_case(case, args.messages)
+    extra = {"generic": run_generic, "upsert-kafka": run_upsert_kafka, "debezium-avro": run_avro}
+    for name, run in extra.items():
+        if not args.only or args.only in name:
+            run(args.messages)
 
 
 if __name__ == "__main__":

@@ -94,6 +94,31 @@ class FromChangelog:
         self._buffer.add(timestamp, (index, record))
         return []
 
+    def process_images(self, code: Any, before: Row | None, after: Row | None) -> list[Change]:
+        """``process`` for a record that is already split into its operation code and images.
+
+        Format decoders call this: it skips building and unpacking an envelope dict when the
+        conversion is stateless and unordered, and is exactly ``process`` otherwise.
+        """
+        params = self.params
+        if self._state is not None or self._buffer is not None or params.passthrough or not params.nested:
+            record = {params.op: code}
+            if params.before is not None:
+                record[params.before] = before
+            if params.after is not None:
+                record[params.after] = after
+            return self.process(record)
+        index = self.metrics.records_in
+        self.metrics.records_in += 1
+        kinds = self._kinds_of({params.op: code}, index)
+        if kinds is None:
+            return []
+        if not params.has_before_image:
+            before = after = after if after is not None else before
+        changes = self._changes(kinds, before, after, None, {}, index)
+        self.metrics.changes_out += len(changes)
+        return changes
+
     def on_watermark(self, watermark: Watermark) -> list[Change]:
         if self._buffer is None:
             return []

@@ -235,7 +235,7 @@ class ChangeBuilder:
                 for name in missing:
                     stored[name] = UNAVAILABLE
                 self._images[key] = stored
-        return self._engine.process({"op": op, "before": before, "after": after}), missing
+        return self._engine.process_images(op, before, after), missing
 
     def _fill(
         self, after: Row, before: Row | None, key: Hashable | None, metrics: FormatMetrics

@@ -94,3 +94,87 @@ def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     result = run_cli("inspect", str(tmp_path / "nope.jsonl"))
     assert result.returncode == 1
     assert "no such file" in result.stderr
+
+
+TESTDATA = Path(__file__).parent.parent / "formats" / "testdata"
+
+
+def test_inspect_format_decodes_with_options_and_schema() -> None:
+    result = run_cli(
+        "inspect",
+        "--format",
+        "debezium-json",
+        "--schema",
+        "id INT NOT NULL, name STRING, description STRING, weight FLOAT",
+        "--option",
+        "debezium-json.ignore-parse-errors=false",
+        str(TESTDATA / "flink" / "debezium-data-schema-exclude.txt"),
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "+I[101, scooter, Small 2-wheel scooter, 3.14]"
+    assert lines[-1] == "-D[111, scooter, Big 2-wheel scooter , 5.17]"
+    assert len(lines) == 20
+    assert "16 messages, 20 changes" in result.stderr
+
+
+def test_inspect_format_json_output_uses_iso_timestamps() -> None:
+    result = run_cli(
+        "inspect",
+        "--format",
+        "debezium-json",
+        "--option",
+        "debezium-json.schema-include=true",
+        "--metadata",
+        "source.table",
+        "--json",
+        str(TESTDATA / "risingwavelabs_risingwave" / "debezium_timestamp.1"),
+    )
+    assert result.returncode == 0, result.stderr
+    assert [json.loads(line) for line in result.stdout.splitlines()] == [
+        {
+            "kind": "+I",
+            "row": {
+                "id": 1,
+                "ts": "2022-10-14T23:55:31.989360",
+                "d": "2022-10-14",
+                "t": "23:55:31.989360",
+                "source_table": "t",
+            },
+        }
+    ]
+
+
+def test_inspect_format_errors_name_the_line_and_the_option(tmp_path: Path) -> None:
+    file = tmp_path / "bad.jsonl"
+    file.write_text('{"before": null, "after": {"id": "x"}, "op": "c"}\n')
+    result = run_cli("inspect", "--format", "debezium-json", "--schema", "id INT", str(file))
+    assert result.returncode == 1
+    assert f"{file}:1, field 'after.id'" in result.stderr
+    unknown = run_cli(
+        "inspect", "--format", "debezium-json", "--option", "nope=1", "--schema", "id INT", str(file)
+    )
+    assert unknown.returncode == 1 and "Supported options: debezium-json.schema-include" in unknown.stderr
+    no_format = run_cli("inspect", "--format", "kafka-avro", str(file))
+    assert (
+        no_format.returncode == 1
+        and "unknown format 'kafka-avro'; available: debezium-json" in no_format.stderr
+    )
+
+
+def test_inspect_format_dead_letters_are_reported(tmp_path: Path) -> None:
+    file = tmp_path / "mixed.jsonl"
+    file.write_text('{"before": null, "after": {"id": 1}, "op": "c"}\nnot json\n')
+    result = run_cli(
+        "inspect",
+        "--format",
+        "debezium-json",
+        "--schema",
+        "id INT",
+        "--option",
+        "ignore-parse-errors=true",
+        str(file),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "+I[1]\n"
+    assert f"dead letter {file}:2: not valid JSON" in result.stderr
