@@ -35,8 +35,10 @@ def _show(value: object) -> str:
         return str(value.value)
     if isinstance(value, re.Pattern):
         return str(value.pattern)
-    if value is None:
+    if value is None or value == ():
         return "none"
+    if isinstance(value, tuple):
+        return ", ".join(map(str, value))
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
@@ -130,3 +132,8 @@ class OptionSet:
 
     def help(self) -> str:
         return "\n".join(option.describe(self.prefix) for option in self.options.values())
+
+    def markdown(self) -> str:
+        """The options as a Markdown table (docs/formats.md is checked against it)."""
+        rows = [f"| `{key}` | `{_show(o.default)}` | {o.description} |" for key, o in self.options.items()]
+        return "\n".join(["| option | default | meaning |", "|---|---|---|", *rows])
