@@ -28,15 +28,12 @@ from typing import Any
 import orjson
 
 from cdcflow.core.model import Change, Row
-from cdcflow.core.params import plan_to_changelog
 from cdcflow.core.rowkind import DEL, INS, UA, UB
-from cdcflow.core.to_envelopes import ToChangelog
 from cdcflow.formats.base import (
     ControlEvent,
     Decoded,
     Decoder,
     Encoded,
-    Encoder,
     FormatMetrics,
     Message,
     MetadataColumn,
@@ -47,16 +44,15 @@ from cdcflow.formats.flat_json_common import (
     DEFAULT_OVERRIDES,
     ConverterFactory,
     FlatJsonConfig,
+    FlatJsonEncoder,
     ImageReader,
     MetadataSource,
-    check_key_columns,
+    add_metadata,
     epoch_millis,
     include_options,
     json_options,
     output_schema,
     plain_decimal,
-    read_metadata,
-    require_schema,
     target_options,
 )
 from cdcflow.formats.jsonenc import (
@@ -319,11 +315,7 @@ class CanalJsonDecoder(Decoder):
             changes = [Change(DEL, row) for row in rows]
         else:
             changes = self._updates(reader, rows, envelope.get("old"))
-        if self.config.metadata:
-            extra = read_metadata(self.config.metadata, SOURCES, envelope)
-            for change in changes:
-                change.row.update(extra)
-        return changes
+        return add_metadata(changes, self.config.metadata, SOURCES, envelope)
 
     def _included(self, envelope: Mapping[str, Any]) -> bool:
         for pattern, field in (
@@ -426,37 +418,21 @@ def _utc_local(value: dt.datetime) -> dt.datetime:
     return value.astimezone(dt.UTC).replace(tzinfo=None) if value.tzinfo is not None else value
 
 
-class CanalJsonEncoder(Encoder):
+class CanalJsonEncoder(FlatJsonEncoder):
     """Writes one Canal message per change; a ``-U`` waits for its ``+U`` to make one UPDATE.
 
     The Kafka key is the key columns (as written in ``data``) as a JSON object, or None without keys.
     """
 
     format_name = NAME
+    op_field = "type"
+    op_names = ("INSERT", "UPDATE", "DELETE")
 
     def __init__(self, config: FlatJsonConfig, key_columns: Sequence[str]) -> None:
-        schema = require_schema(config)
-        self.config = config
-        self.key_columns = check_key_columns(schema, key_columns)
-        self._columns = [(f.name, value_text(f.type, config)) for f in schema]
-        self._mysql_types = {f.name: mysql_type_of(f.type)[0] for f in schema}
-        self._sql_types = {f.name: mysql_type_of(f.type)[1] for f in schema}
-        self._engine = ToChangelog(
-            plan_to_changelog(
-                op="type",
-                before="before",
-                after="after",
-                op_mapping={"INSERT": "INSERT", "UPDATE_BEFORE, UPDATE_AFTER": "UPDATE", "DELETE": "DELETE"},
-                partition_by=self.key_columns or None,
-                produces_full_deletes=True,
-            )
-        )
-
-    def encode(self, change: Change) -> list[Encoded]:
-        return [self._serialise(envelope) for envelope in self._engine.process(change)]
-
-    def flush(self) -> list[Encoded]:
-        return [self._serialise(envelope) for envelope in self._engine.flush()]
+        super().__init__(config, key_columns)
+        self._columns = [(f.name, value_text(f.type, config)) for f in self.schema]
+        self._mysql_types = {f.name: mysql_type_of(f.type)[0] for f in self.schema}
+        self._sql_types = {f.name: mysql_type_of(f.type)[1] for f in self.schema}
 
     def _text(self, row: Mapping[str, Any], *, keep_nulls: bool = False) -> dict[str, str | None]:
         out: dict[str, str | None] = {}

@@ -1,5 +1,6 @@
 """What ``canal-json``, ``maxwell-json`` and ``ogg-json`` share: options, configuration, metadata
-columns, reading row images (including "old" images that hold only the changed columns) and writing them.
+columns, reading row images (including "old" images that hold only the changed columns) and writing them,
+and the decoder / encoder skeletons.
 
 A key present in an "old" image is a changed column, even when its value is null (a change to NULL);
 a key absent from it is unchanged. Flink cannot tell the two apart and keeps the new value for both.
@@ -9,15 +10,18 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 
-from cdcflow.core.model import Row
-from cdcflow.formats.base import MetadataColumn, metadata_schema
+from cdcflow.core.model import Change, Row
+from cdcflow.core.params import plan_to_changelog
+from cdcflow.core.to_envelopes import ToChangelog
+from cdcflow.formats.base import Decoder, Encoded, Encoder, MetadataColumn, metadata_schema
 from cdcflow.formats.errors import FieldError, FormatOptionError
 from cdcflow.formats.jsonenc import Encode, MapNullKeyMode, TimestampStandard, value_encoder
 from cdcflow.formats.options import Option, OptionSet, boolean, choice, optional_string, regex
@@ -162,6 +166,20 @@ def read_metadata(
         except FieldError as error:
             raise FieldError(join_path(source.field, error.field), error.reason) from None
     return out
+
+
+def add_metadata(
+    changes: list[Change],
+    keys: Sequence[str],
+    sources: Mapping[str, MetadataSource],
+    envelope: Mapping[str, Any],
+) -> list[Change]:
+    """``changes`` with the requested metadata columns (read once from the envelope) added to each row."""
+    if keys:
+        extra = read_metadata(keys, sources, envelope)
+        for change in changes:
+            change.row.update(extra)
+    return changes
 
 
 def epoch_millis(value: Any) -> dt.datetime:
@@ -310,3 +328,65 @@ def check_key_columns(schema: Schema, key_columns: Sequence[str]) -> tuple[str, 
         if column not in schema:
             raise FormatOptionError(f"key column '{column}' is not in the schema ({schema.names})")
     return tuple(key_columns)
+
+
+class FlatJsonDecoder(Decoder):
+    """A decoder that needs the declared schema (Maxwell, OGG): it reads images with :class:`ImageReader`."""
+
+    metadata_columns: ClassVar[Sequence[MetadataColumn]]
+
+    def __init__(self, config: FlatJsonConfig) -> None:
+        super().__init__(ignore_parse_errors=config.ignore_parse_errors)
+        self.config = config
+        schema = require_schema(config)
+        self._reader = ImageReader(schema)
+        self.schema = output_schema(schema, self.metadata_columns, config.metadata)
+
+    def __reduce__(self) -> tuple[Callable[..., FlatJsonDecoder], tuple[FlatJsonConfig]]:
+        return type(self), (self.config,)
+
+
+class FlatJsonEncoder(Encoder):
+    """TO_CHANGELOG into ``{op_field, "before", "after"}`` envelopes, a ``-U`` waiting for its ``+U``;
+    subclasses write each envelope as the format's message in :meth:`_serialise`."""
+
+    #: The envelope field naming the operation, and the format's names for insert, update and delete.
+    op_field: ClassVar[str]
+    op_names: ClassVar[tuple[str, str, str]]
+
+    def __init__(self, config: FlatJsonConfig, key_columns: Sequence[str]) -> None:
+        self.schema = require_schema(config)
+        self.config = config
+        self.key_columns = check_key_columns(self.schema, key_columns)
+        insert, update, delete = self.op_names
+        self._engine = ToChangelog(
+            plan_to_changelog(
+                op=self.op_field,
+                before="before",
+                after="after",
+                op_mapping={"INSERT": insert, "UPDATE_BEFORE, UPDATE_AFTER": update, "DELETE": delete},
+                partition_by=self.key_columns or None,
+                produces_full_deletes=True,
+            )
+        )
+
+    def encode(self, change: Change) -> list[Encoded]:
+        return [self._serialise(envelope) for envelope in self._engine.process(change)]
+
+    def flush(self) -> list[Encoded]:
+        return [self._serialise(envelope) for envelope in self._engine.flush()]
+
+    @abstractmethod
+    def _serialise(self, envelope: Mapping[str, Any]) -> Encoded:
+        """One envelope of the engine as the format's message."""
+
+
+class JsonImageEncoder(FlatJsonEncoder):
+    """An encoder writing rows with typed JSON values (Maxwell, OGG).
+
+    The Kafka key is the key columns as a JSON object, or None without key columns.
+    """
+
+    def __init__(self, config: FlatJsonConfig, key_columns: Sequence[str]) -> None:
+        super().__init__(config, key_columns)
+        self._writer = JsonImageWriter(self.schema, config)

@@ -13,21 +13,17 @@ Encoding writes an update as ONE ``update`` message with ``old`` holding exactly
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
 
 from cdcflow.core.model import Change
-from cdcflow.core.params import plan_to_changelog
 from cdcflow.core.rowkind import DEL, INS, UA, UB
-from cdcflow.core.to_envelopes import ToChangelog
 from cdcflow.formats.base import (
     ControlEvent,
     Decoded,
-    Decoder,
     Encoded,
-    Encoder,
     FormatMetrics,
     Message,
     MetadataColumn,
@@ -36,16 +32,13 @@ from cdcflow.formats.base import (
 from cdcflow.formats.errors import FieldError
 from cdcflow.formats.flat_json_common import (
     FlatJsonConfig,
-    ImageReader,
-    JsonImageWriter,
+    FlatJsonDecoder,
+    JsonImageEncoder,
     MetadataSource,
-    check_key_columns,
+    add_metadata,
     epoch_millis,
     json_options,
     key_bytes,
-    output_schema,
-    read_metadata,
-    require_schema,
     target_options,
 )
 from cdcflow.formats.registry import FormatFactory
@@ -86,18 +79,9 @@ BOOTSTRAP_MARKERS = frozenset({"bootstrap-start", "bootstrap-complete"})
 DDL_PREFIXES = ("table-", "database-")
 
 
-class MaxwellJsonDecoder(Decoder):
+class MaxwellJsonDecoder(FlatJsonDecoder):
     format_name = NAME
-
-    def __init__(self, config: FlatJsonConfig) -> None:
-        super().__init__(ignore_parse_errors=config.ignore_parse_errors)
-        self.config = config
-        schema = require_schema(config)
-        self._reader = ImageReader(schema)
-        self.schema = output_schema(schema, METADATA, config.metadata)
-
-    def __reduce__(self) -> tuple[Callable[..., MaxwellJsonDecoder], tuple[FlatJsonConfig]]:
-        return type(self), (self.config,)
+    metadata_columns = METADATA
 
     def decode_message(self, message: Message, metrics: FormatMetrics) -> Decoded:
         assert message.value is not None  # noqa: S101 - the base class skips tombstones
@@ -121,42 +105,15 @@ class MaxwellJsonDecoder(Decoder):
             changes = [Change(UB, before), Change(UA, after)]
         else:
             changes = [Change(row_kind, after)]
-        if self.config.metadata:
-            extra = read_metadata(self.config.metadata, SOURCES, envelope)
-            for change in changes:
-                change.row.update(extra)
-        return changes
+        return add_metadata(changes, self.config.metadata, SOURCES, envelope)
 
 
-class MaxwellJsonEncoder(Encoder):
-    """Writes ``{"database", "table", "type", "data", "old"?, "primary_key_columns"?}`` messages.
-
-    The Kafka key is the key columns as a JSON object, or None without key columns.
-    """
+class MaxwellJsonEncoder(JsonImageEncoder):
+    """Writes ``{"database", "table", "type", "data", "old"?, "primary_key_columns"?}`` messages."""
 
     format_name = NAME
-
-    def __init__(self, config: FlatJsonConfig, key_columns: Sequence[str]) -> None:
-        schema = require_schema(config)
-        self.config = config
-        self.key_columns = check_key_columns(schema, key_columns)
-        self._writer = JsonImageWriter(schema, config)
-        self._engine = ToChangelog(
-            plan_to_changelog(
-                op="type",
-                before="before",
-                after="after",
-                op_mapping={"INSERT": "insert", "UPDATE_BEFORE, UPDATE_AFTER": "update", "DELETE": "delete"},
-                partition_by=self.key_columns or None,
-                produces_full_deletes=True,
-            )
-        )
-
-    def encode(self, change: Change) -> list[Encoded]:
-        return [self._serialise(envelope) for envelope in self._engine.process(change)]
-
-    def flush(self) -> list[Encoded]:
-        return [self._serialise(envelope) for envelope in self._engine.flush()]
+    op_field = "type"
+    op_names = ("insert", "update", "delete")
 
     def _serialise(self, envelope: Mapping[str, Any]) -> Encoded:
         kind: str = envelope["type"]

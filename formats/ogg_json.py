@@ -10,21 +10,17 @@ an insert); ``op_ts``, ``current_ts`` and ``pos`` are not written.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
 
 from cdcflow.core.model import Change
-from cdcflow.core.params import plan_to_changelog
 from cdcflow.core.rowkind import DEL, INS, UA, UB
-from cdcflow.core.to_envelopes import ToChangelog
 from cdcflow.formats.base import (
     ControlEvent,
     Decoded,
-    Decoder,
     Encoded,
-    Encoder,
     FormatMetrics,
     Message,
     MetadataColumn,
@@ -33,15 +29,12 @@ from cdcflow.formats.base import (
 from cdcflow.formats.errors import FieldError
 from cdcflow.formats.flat_json_common import (
     FlatJsonConfig,
-    ImageReader,
-    JsonImageWriter,
+    FlatJsonDecoder,
+    JsonImageEncoder,
     MetadataSource,
-    check_key_columns,
+    add_metadata,
     json_options,
     key_bytes,
-    output_schema,
-    read_metadata,
-    require_schema,
     target_options,
 )
 from cdcflow.formats.registry import FormatFactory
@@ -72,18 +65,9 @@ _BEFORE_HELP = (
 )
 
 
-class OggJsonDecoder(Decoder):
+class OggJsonDecoder(FlatJsonDecoder):
     format_name = NAME
-
-    def __init__(self, config: FlatJsonConfig) -> None:
-        super().__init__(ignore_parse_errors=config.ignore_parse_errors)
-        self.config = config
-        schema = require_schema(config)
-        self._reader = ImageReader(schema)
-        self.schema = output_schema(schema, METADATA, config.metadata)
-
-    def __reduce__(self) -> tuple[Callable[..., OggJsonDecoder], tuple[FlatJsonConfig]]:
-        return type(self), (self.config,)
+    metadata_columns = METADATA
 
     def decode_message(self, message: Message, metrics: FormatMetrics) -> Decoded:
         assert message.value is not None  # noqa: S101 - the base class skips tombstones
@@ -109,42 +93,15 @@ class OggJsonDecoder(Decoder):
                 Change(UB, self._reader.row(before, "before")),
                 Change(UA, self._reader.row(after, "after")),
             ]
-        if self.config.metadata:
-            extra = read_metadata(self.config.metadata, SOURCES, envelope)
-            for change in changes:
-                change.row.update(extra)
-        return changes
+        return add_metadata(changes, self.config.metadata, SOURCES, envelope)
 
 
-class OggJsonEncoder(Encoder):
-    """Writes ``{"table", "op_type", "primary_keys"?, "before"?, "after"?}`` messages.
-
-    The Kafka key is the key columns as a JSON object, or None without key columns.
-    """
+class OggJsonEncoder(JsonImageEncoder):
+    """Writes ``{"table", "op_type", "primary_keys"?, "before"?, "after"?}`` messages."""
 
     format_name = NAME
-
-    def __init__(self, config: FlatJsonConfig, key_columns: Sequence[str]) -> None:
-        schema = require_schema(config)
-        self.config = config
-        self.key_columns = check_key_columns(schema, key_columns)
-        self._writer = JsonImageWriter(schema, config)
-        self._engine = ToChangelog(
-            plan_to_changelog(
-                op="op_type",
-                before="before",
-                after="after",
-                op_mapping={"INSERT": "I", "UPDATE_BEFORE, UPDATE_AFTER": "U", "DELETE": "D"},
-                partition_by=self.key_columns or None,
-                produces_full_deletes=True,
-            )
-        )
-
-    def encode(self, change: Change) -> list[Encoded]:
-        return [self._serialise(envelope) for envelope in self._engine.process(change)]
-
-    def flush(self) -> list[Encoded]:
-        return [self._serialise(envelope) for envelope in self._engine.flush()]
+    op_field = "op_type"
+    op_names = ("I", "U", "D")
 
     def _serialise(self, envelope: Mapping[str, Any]) -> Encoded:
         op: str = envelope["op_type"]

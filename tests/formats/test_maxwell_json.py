@@ -10,8 +10,8 @@ from typing import Any
 
 import orjson
 import pytest
+from changelog_strategies import assert_round_trips, retract_changelogs
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from cdcflow.core.model import Change
 from cdcflow.core.rowkind import RowKind
@@ -302,44 +302,7 @@ def test_encoder_without_keys_or_names_and_ignoring_nulls() -> None:
     ]
 
 
-RT_SCHEMA = "id INT NOT NULL, name STRING, price DECIMAL(12,3), ts TIMESTAMP_NTZ(6), qty BIGINT"
-names = st.none() | st.text(max_size=8)
-prices = st.none() | st.decimals(
-    min_value=-(10**8), max_value=10**8, places=3, allow_nan=False, allow_infinity=False
-)
-stamps = st.none() | st.datetimes(min_value=dt.datetime(1000, 1, 1), max_value=dt.datetime(9999, 12, 31))
-quantities = st.none() | st.integers(min_value=-(2**63), max_value=2**63 - 1)
-
-
-@st.composite
-def retract_changelogs(draw: st.DrawFn) -> list[Change]:
-    live: dict[int, dict[str, Any]] = {}
-    changes: list[Change] = []
-    for _ in range(draw(st.integers(0, 12))):
-        values = {"name": draw(names), "price": draw(prices), "ts": draw(stamps), "qty": draw(quantities)}
-        action = draw(st.sampled_from(["insert", "update", "delete"])) if live else "insert"
-        if action == "insert":
-            key = draw(st.integers(0, 50).filter(lambda k: k not in live))
-            live[key] = {"id": key, **values}
-            changes.append(Change(RowKind.INSERT, dict(live[key])))
-        else:
-            key = draw(st.sampled_from(sorted(live)))
-            changes.append(
-                Change(RowKind.UPDATE_BEFORE if action == "update" else RowKind.DELETE, dict(live[key]))
-            )
-            if action == "update":
-                live[key] = {"id": key, **values}
-                changes.append(Change(RowKind.UPDATE_AFTER, dict(live[key])))
-            else:
-                del live[key]
-    return changes
-
-
 @settings(max_examples=60, deadline=None)
 @given(retract_changelogs())
 def test_round_trip(changes: list[Change]) -> None:
-    e = FACTORY.create_encoder({}, parse_ddl(RT_SCHEMA), ("id",))
-    encoded = e.encode_all(changes)
-    assert len(encoded) == sum(c.kind is not RowKind.UPDATE_BEFORE for c in changes)
-    back = decoder(RT_SCHEMA).decode_all([Message(x.value, key=x.key) for x in encoded]).changes
-    assert back == changes
+    assert_round_trips(FACTORY, changes)
