@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import math
 import sys
 from collections.abc import Iterator, Sequence
 from datetime import date, datetime, time, timedelta
@@ -14,7 +15,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from cdcflow.core import CdcflowError, Change, ChangelogDataError, from_changelog
-from cdcflow.formats import DecodeOutput, Decoder, Message, parse_ddl, render_change, resolve_format
+from cdcflow.formats import DecodeOutput, Decoder, Message, TypeKind, parse_ddl, render_change, resolve_format
+from cdcflow.formats.jsonenc import float32_repr
 
 EXAMPLE = "flat-changes.jsonl"
 
@@ -138,12 +140,22 @@ def _inspect_format(args: argparse.Namespace) -> int:
 
 def _write_changes(changes: list[Change], decoder: Decoder, *, as_json: bool) -> None:
     out = sys.stdout
+    # A FLOAT holds a 32-bit value: write its shortest text (0.8), as Flink does, not the double's.
+    floats = {f.name for f in decoder.schema if f.type.kind is TypeKind.FLOAT}
     for change in changes:
         if as_json:
-            out.write(json.dumps(change.to_json_obj(), default=_json_value, ensure_ascii=False))
+            row = {k: _float32(v) if k in floats else v for k, v in change.row.items()}
+            obj = {"kind": change.kind.value, "row": row}
+            out.write(json.dumps(obj, default=_json_value, ensure_ascii=False))
         else:
             out.write(render_change(change, decoder.schema))
         out.write("\n")
+
+
+def _float32(value: Any) -> Any:
+    if isinstance(value, float) and math.isfinite(value):
+        return float(float32_repr(value))
+    return value
 
 
 def _op_mapping(entries: list[str] | None) -> dict[str, str] | None:

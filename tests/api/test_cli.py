@@ -178,3 +178,23 @@ def test_inspect_format_dead_letters_are_reported(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout == "+I[1]\n"
     assert f"dead letter {file}:2: not valid JSON" in result.stderr
+
+
+def test_inspect_json_writes_float_columns_as_their_32_bit_value() -> None:
+    result = run_cli(
+        "inspect",
+        "--format",
+        "canal-json",
+        "--schema",
+        "id INT NOT NULL, name STRING, description STRING, weight FLOAT",
+        "--json",
+        str(TESTDATA / "flink" / "canal-data.txt"),
+    )
+    assert result.returncode == 0, result.stderr
+    first = json.loads(result.stdout.splitlines()[0])
+    assert first["row"] == {
+        "id": 101,
+        "name": "scooter",
+        "description": "Small 2-wheel scooter",
+        "weight": 3.14,
+    }
