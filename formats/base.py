@@ -17,7 +17,7 @@ import orjson
 from cdcflow.core.errors import ChangelogDataError
 from cdcflow.core.model import Change
 from cdcflow.formats.errors import DecodeError, FieldError, FormatOptionError
-from cdcflow.formats.types import DataType, Schema
+from cdcflow.formats.types import DataType, Field, Schema
 
 Headers = tuple[tuple[str, bytes | None], ...]
 
@@ -57,21 +57,6 @@ class DeadLetter:
     format_name: str
     reason: str
     field: str | None
-
-    def to_json_obj(self) -> dict[str, Any]:
-        m = self.message
-        return {
-            "format": self.format_name,
-            "reason": self.reason,
-            "field": self.field,
-            "topic": m.topic,
-            "partition": m.partition,
-            "offset": m.offset,
-            "file": m.file,
-            "line": m.line,
-            "key": m.key.decode("utf-8", "replace") if m.key is not None else None,
-            "value": m.value.decode("utf-8", "replace") if m.value is not None else None,
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,14 +219,31 @@ class MetadataColumn:
 
 def metadata_schema(
     available: Sequence[MetadataColumn], requested: Sequence[str], format_name: str
-) -> list[MetadataColumn]:
-    by_key = {column.key: column for column in available}
-    chosen = []
+) -> tuple[str, ...]:
+    """Check the requested metadata keys against the format's; returns them, in order."""
+    known = [column.key for column in available]
     for key in requested:
-        column = by_key.get(key)
-        if column is None:
+        if key not in known:
             raise FormatOptionError(
-                f"format '{format_name}' has no metadata column '{key}'; available: {', '.join(by_key)}"
+                f"format '{format_name}' has no metadata column '{key}'; available: {', '.join(known)}"
             )
-        chosen.append(column)
-    return chosen
+    return tuple(requested)
+
+
+def metadata_column_name(key: str) -> str:
+    """The output column of a metadata key: ``source.table`` → ``source_table``."""
+    return key.replace(".", "_").replace("-", "_")
+
+
+def output_schema(physical: Schema, available: Sequence[MetadataColumn], metadata: Sequence[str]) -> Schema:
+    """The table columns followed by the requested metadata columns."""
+    by_key = {column.key: column for column in available}
+    fields = list(physical.fields)
+    for key in metadata:
+        name = metadata_column_name(key)
+        if name in physical:
+            raise FormatOptionError(
+                f"metadata column '{name}' ({key}) clashes with a table column of the same name"
+            )
+        fields.append(Field(name, by_key[key].type))
+    return Schema(tuple(fields))

@@ -37,6 +37,7 @@ from cdcflow.formats.base import (
     FormatMetrics,
     Message,
     MetadataColumn,
+    output_schema,
     parse_json_object,
 )
 from cdcflow.formats.errors import FieldError
@@ -51,7 +52,6 @@ from cdcflow.formats.flat_json_common import (
     epoch_millis,
     include_options,
     json_options,
-    output_schema,
     plain_decimal,
     target_options,
 )
@@ -479,7 +479,6 @@ class CanalJsonFormat(FormatFactory):
     name = NAME
     options = OPTIONS
     metadata_columns = METADATA
-    schema_optional = True
 
     def create_decoder(
         self, options: Mapping[str, str], schema: Schema | None = None, metadata: Sequence[str] = ()

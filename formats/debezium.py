@@ -18,14 +18,14 @@ import orjson
 from cdcflow.core.from_envelopes import FromChangelog
 from cdcflow.core.model import Change, Row
 from cdcflow.core.params import plan_from_changelog
-from cdcflow.formats.base import FormatMetrics, MetadataColumn
-from cdcflow.formats.errors import FieldError, FormatOptionError
+from cdcflow.formats.base import FormatMetrics, MetadataColumn, metadata_column_name, metadata_schema
+from cdcflow.formats.base import output_schema as base_output_schema
+from cdcflow.formats.errors import FieldError
 from cdcflow.formats.types import (
     BIGINT,
     STRING,
     TIMESTAMP_LTZ_MILLIS,
     DataType,
-    Field,
     Schema,
     TypeKind,
 )
@@ -100,33 +100,12 @@ METADATA = (
 )
 
 
-def metadata_column_name(key: str) -> str:
-    return key.replace(".", "_").replace("-", "_")
-
-
 def output_schema(physical: Schema, metadata: Sequence[str]) -> Schema:
-    by_key = {column.key: column for column in METADATA}
-    fields = list(physical.fields)
-    for key in metadata:
-        column = by_key[key]
-        name = metadata_column_name(key)
-        if name in physical:
-            raise FormatOptionError(
-                f"metadata column '{name}' ({key}) clashes with a table column of the same name"
-            )
-        fields.append(Field(name, column.type))
-    return Schema(tuple(fields))
+    return base_output_schema(physical, METADATA, metadata)
 
 
 def check_metadata(metadata: Sequence[str], format_name: str) -> tuple[str, ...]:
-    known = {column.key for column in METADATA}
-    for key in metadata:
-        if key not in known:
-            raise FormatOptionError(
-                f"format '{format_name}' has no metadata column '{key}'; available: "
-                f"{', '.join(sorted(known))}"
-            )
-    return tuple(metadata)
+    return metadata_schema(METADATA, metadata, format_name)
 
 
 def _millis(value: Any) -> dt.datetime | None:

@@ -519,7 +519,6 @@ class DebeziumAvroFormat(FormatFactory):
     name = NAME
     options = OPTIONS
     metadata_columns = METADATA
-    schema_optional = True
 
     def create_decoder(
         self, options: Mapping[str, str], schema: Schema | None = None, metadata: Sequence[str] = ()

@@ -21,11 +21,19 @@ import orjson
 from cdcflow.core.model import Change, Row
 from cdcflow.core.params import plan_to_changelog
 from cdcflow.core.to_envelopes import ToChangelog
-from cdcflow.formats.base import Decoder, Encoded, Encoder, MetadataColumn, metadata_schema
+from cdcflow.formats.base import (
+    Decoder,
+    Encoded,
+    Encoder,
+    MetadataColumn,
+    metadata_column_name,
+    metadata_schema,
+    output_schema,
+)
 from cdcflow.formats.errors import FieldError, FormatOptionError
 from cdcflow.formats.jsonenc import Encode, MapNullKeyMode, TimestampStandard, value_encoder
 from cdcflow.formats.options import Option, OptionSet, boolean, choice, optional_string, regex
-from cdcflow.formats.types import DataType, Field, Schema, TypeKind
+from cdcflow.formats.types import DataType, Schema, TypeKind
 from cdcflow.formats.values import EPOCH_UTC, Converter, RowConverter, converter
 
 #: Builds the converter of one column type; formats override a few kinds (Canal's binary text).
@@ -112,7 +120,7 @@ class FlatJsonConfig:
         config = cls(
             format_name=options.prefix,
             schema=schema,
-            metadata=tuple(column.key for column in chosen),
+            metadata=chosen,
             ignore_parse_errors=values["ignore-parse-errors"],
             timestamp_standard=values["timestamp-format.standard"],
             map_null_key=values["map-null-key.mode"],
@@ -126,24 +134,6 @@ class FlatJsonConfig:
         if schema is not None:
             output_schema(schema, available, config.metadata)
         return config
-
-
-def metadata_column_name(key: str) -> str:
-    return key.replace(".", "_").replace("-", "_")
-
-
-def output_schema(physical: Schema, available: Sequence[MetadataColumn], metadata: Sequence[str]) -> Schema:
-    """The table columns followed by the requested metadata columns (``pk-names`` → ``pk_names``)."""
-    by_key = {column.key: column for column in available}
-    fields = list(physical.fields)
-    for key in metadata:
-        name = metadata_column_name(key)
-        if name in physical:
-            raise FormatOptionError(
-                f"metadata column '{name}' ({key}) clashes with a table column of the same name"
-            )
-        fields.append(Field(name, by_key[key].type))
-    return Schema(tuple(fields))
 
 
 @dataclass(frozen=True)

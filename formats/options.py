@@ -130,9 +130,6 @@ class OptionSet:
     def keys(self) -> list[str]:
         return [f"{self.prefix}.{key}" for key in self.options]
 
-    def help(self) -> str:
-        return "\n".join(option.describe(self.prefix) for option in self.options.values())
-
     def markdown(self) -> str:
         """The options as a Markdown table (docs/formats.md is checked against it)."""
         rows = [f"| `{key}` | `{_show(o.default)}` | {o.description} |" for key, o in self.options.items()]

@@ -33,8 +33,6 @@ class FormatFactory(ABC):
     name: ClassVar[str]
     options: ClassVar[OptionSet]
     metadata_columns: ClassVar[tuple[MetadataColumn, ...]] = ()
-    #: True when the format can decode without a declared schema (it carries its own).
-    schema_optional: ClassVar[bool] = False
 
     @abstractmethod
     def create_decoder(

@@ -141,7 +141,6 @@ def atomic(kind: TypeKind, precision: int | None = None, scale: int | None = Non
 STRING = atomic(TypeKind.STRING)
 BIGINT = atomic(TypeKind.BIGINT)
 INT = atomic(TypeKind.INT)
-BOOLEAN = atomic(TypeKind.BOOLEAN)
 TIMESTAMP_LTZ_MILLIS = atomic(TypeKind.TIMESTAMP_LTZ, 3)
 
 
@@ -235,14 +234,6 @@ def parse_ddl(text: str) -> Schema:
     if tokens.peek() is not None:
         raise tokens.error(f"unexpected '{tokens.peek()}' after a column")
     return Schema(tuple(fields))
-
-
-def parse_type(text: str) -> DataType:
-    tokens = _Tokens(text)
-    data_type = _type(tokens)
-    if tokens.peek() is not None:
-        raise tokens.error(f"unexpected '{tokens.peek()}' after the type")
-    return data_type
 
 
 def _field(tokens: _Tokens, *, struct: bool) -> Field:
