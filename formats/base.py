@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,6 +19,7 @@ from cdcflow.core.errors import ChangelogDataError
 from cdcflow.core.model import Change
 from cdcflow.formats.errors import DecodeError, FieldError, FormatOptionError
 from cdcflow.formats.types import DataType, Field, Schema
+from cdcflow.formats.values import InexactNumber, loads_exact
 
 Headers = tuple[tuple[str, bytes | None], ...]
 
@@ -126,7 +128,7 @@ class Decoder(ABC):
             metrics.tombstones += 1
             return
         try:
-            decoded = self.decode_message(message, metrics)
+            decoded = self._decode_exactly_if_needed(message, metrics)
         except (FieldError, ChangelogDataError, orjson.JSONDecodeError, UnicodeDecodeError) as error:
             reason, path = _reason(error)
             if not self.ignore_parse_errors:
@@ -152,6 +154,17 @@ class Decoder(ABC):
         out.changes.extend(decoded)
         metrics.changes += len(decoded)
 
+    def _decode_exactly_if_needed(self, message: Message, metrics: FormatMetrics) -> Decoded:
+        try:
+            return self.decode_message(message, metrics)
+        except InexactNumber:
+            # A JSON number has more digits than the double orjson read: decode again, exactly.
+            token = _EXACT_NUMBERS.set(True)
+            try:
+                return self.decode_message(message, metrics)
+            finally:
+                _EXACT_NUMBERS.reset(token)
+
     def decode_all(self, messages: Iterable[Message]) -> DecodeOutput:
         out = DecodeOutput()
         for message in messages:
@@ -169,8 +182,16 @@ def _reason(error: Exception) -> tuple[str, str | None]:
     return f"not UTF-8 text ({error})", None
 
 
+_EXACT_NUMBERS: ContextVar[bool] = ContextVar("cdcflow_exact_numbers", default=False)
+
+
+def parse_json(data: bytes) -> Any:
+    """JSON as orjson reads it; numbers as exact decimals while a decoder retries a message."""
+    return loads_exact(data) if _EXACT_NUMBERS.get() else orjson.loads(data)
+
+
 def parse_json_object(data: bytes, what: str = "the message") -> dict[str, Any]:
-    value = orjson.loads(data)
+    value = parse_json(data)
     if not isinstance(value, dict):
         raise FieldError("", f"{what} must be a JSON object, got {type(value).__name__}")
     return value

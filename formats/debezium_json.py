@@ -17,7 +17,16 @@ from cdcflow.core.model import Change
 from cdcflow.core.params import plan_to_changelog
 from cdcflow.core.to_envelopes import ToChangelog
 from cdcflow.formats import connect
-from cdcflow.formats.base import ControlEvent, Decoded, Decoder, Encoded, Encoder, FormatMetrics, Message
+from cdcflow.formats.base import (
+    ControlEvent,
+    Decoded,
+    Decoder,
+    Encoded,
+    Encoder,
+    FormatMetrics,
+    Message,
+    parse_json,
+)
 from cdcflow.formats.debezium import (
     CONTROL_OPS,
     METADATA,
@@ -37,7 +46,7 @@ from cdcflow.formats.jsonenc import MapNullKeyMode, RowEncoder, TimestampStandar
 from cdcflow.formats.options import Option, OptionSet, boolean, choice, names
 from cdcflow.formats.registry import FormatFactory
 from cdcflow.formats.types import INTEGER_KINDS, Schema
-from cdcflow.formats.values import InexactNumber, RowConverter, converter, loads_exact
+from cdcflow.formats.values import RowConverter, converter
 
 NAME = "debezium-json"
 
@@ -138,10 +147,7 @@ class DebeziumJsonDecoder(Decoder):
 
     def decode_message(self, message: Message, metrics: FormatMetrics) -> Decoded:
         assert message.value is not None  # noqa: S101 - the base class skips tombstones
-        try:
-            return self._decode(orjson.loads(message.value), message, metrics)
-        except InexactNumber:
-            return self._decode(loads_exact(message.value), message, metrics)
+        return self._decode(parse_json(message.value), message, metrics)
 
     def _decode(self, envelope: Any, message: Message, metrics: FormatMetrics) -> Decoded:
         if not isinstance(envelope, dict):
@@ -230,12 +236,9 @@ class DebeziumJsonDecoder(Decoder):
         if builder.key_columns or message.key is None:
             return builder.state_key(row, None)
         try:
-            key = orjson.loads(message.key)
-        except orjson.JSONDecodeError:
-            return None
-        if isinstance(key, dict) and "payload" in key and "schema" in key:
-            key = key["payload"]
-        return builder.state_key(row, key if isinstance(key, dict) else None)
+            return builder.state_key(row, _key_payload(message))
+        except FieldError:
+            return None  # a key that is not JSON cannot index the filling state
 
 
 def _key_payload(message: Message) -> dict[str, Any] | None:

@@ -306,3 +306,11 @@ def test_encoder_without_keys_or_names_and_ignoring_nulls() -> None:
 @given(retract_changelogs())
 def test_round_trip(changes: list[Change]) -> None:
     assert_round_trips(FACTORY, changes)
+
+
+def test_long_json_numbers_keep_every_digit_in_wide_decimals() -> None:
+    # orjson reads 1234567890123456789.123456789 as a double; the decimal column needs every digit.
+    value = b'{"type": "insert", "data": {"id": 1, "amount": 1234567890123456789.123456789, "ratio": 0.1}}'
+    schema = parse_ddl("id INT NOT NULL, amount DECIMAL(38, 9), ratio DOUBLE")
+    out = FACTORY.create_decoder({}, schema).decode_all([Message(value)])
+    assert out.changes[0].row == {"id": 1, "amount": Decimal("1234567890123456789.123456789"), "ratio": 0.1}
