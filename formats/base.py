@@ -190,6 +190,32 @@ def parse_json(data: bytes) -> Any:
     return loads_exact(data) if _EXACT_NUMBERS.get() else orjson.loads(data)
 
 
+def connect_payload(
+    envelope: dict[str, Any], *, schema_include: bool, format_name: str, marker: str
+) -> tuple[dict[str, Any], Any]:
+    """The payload and schema block of Kafka Connect's JSON converter form (``schemas.enable``).
+
+    ``marker`` is a field every payload has: a message holding ``schema`` and ``payload`` but not it
+    is the wrapped form read with ``schema-include`` off, which gets an error saying so.
+    """
+    if schema_include:
+        payload = envelope.get("payload")
+        if not isinstance(payload, dict):
+            raise FieldError(
+                "payload",
+                "no {schema, payload} form here; if the topic's converter has schemas.enable=false, set "
+                f"'{format_name}.schema-include'='false'",
+            )
+        return payload, envelope.get("schema")
+    if "payload" in envelope and "schema" in envelope and marker not in envelope:
+        raise FieldError(
+            marker,
+            "the message has the {schema, payload} form of Kafka Connect's JSON converter: set "
+            f"'{format_name}.schema-include'='true'",
+        )
+    return envelope, None
+
+
 def parse_json_object(data: bytes, what: str = "the message") -> dict[str, Any]:
     value = parse_json(data)
     if not isinstance(value, dict):

@@ -25,6 +25,7 @@ from cdcflow.formats.base import (
     Encoder,
     FormatMetrics,
     Message,
+    connect_payload,
     parse_json,
 )
 from cdcflow.formats.debezium import (
@@ -152,24 +153,9 @@ class DebeziumJsonDecoder(Decoder):
     def _decode(self, envelope: Any, message: Message, metrics: FormatMetrics) -> Decoded:
         if not isinstance(envelope, dict):
             raise FieldError("", f"a Debezium event is a JSON object, got {type(envelope).__name__}")
-        schema_block = None
-        if self.config.schema_include:
-            payload = envelope.get("payload")
-            schema_block = envelope.get("schema")
-            if not isinstance(payload, dict):
-                raise FieldError(
-                    "payload",
-                    "no {schema, payload} form here; if the topic's converter has schemas.enable=false, set "
-                    f"'{NAME}.schema-include'='false'",
-                )
-        else:
-            payload = envelope
-            if "payload" in envelope and "schema" in envelope and "op" not in envelope:
-                raise FieldError(
-                    "op",
-                    "the message has the {schema, payload} form of Kafka Connect's JSON converter: set "
-                    f"'{NAME}.schema-include'='true'",
-                )
+        payload, schema_block = connect_payload(
+            envelope, schema_include=self.config.schema_include, format_name=NAME, marker="op"
+        )
         op = payload.get("op")
         if op in CONTROL_OPS:
             return ControlEvent(CONTROL_OPS[op], message, payload)

@@ -43,6 +43,7 @@ from cdcflow.formats.base import (
     Encoder,
     FormatMetrics,
     Message,
+    connect_payload,
     parse_json_object,
 )
 from cdcflow.formats.errors import FieldError, FormatOptionError
@@ -310,7 +311,12 @@ class GenericDecoder(Decoder):
         assert message.value is not None  # noqa: S101 - the base class skips tombstones
         config = self.config
         op_field = config.op_field
-        obj = self._payload(parse_json_object(message.value, "a generic row"))
+        obj, _ = connect_payload(
+            parse_json_object(message.value, "a generic row"),
+            schema_include=config.schema_include,
+            format_name=NAME,
+            marker=op_field,
+        )
         row = self._rows.convert(obj)
         code = row[op_field] if config.op_declared else obj.get(op_field)
         derived = code is None and config.deleted_field is not None
@@ -323,10 +329,9 @@ class GenericDecoder(Decoder):
                 f"'{NAME}.op-field' to the field that holds it"
                 + (f", or send a '{config.deleted_field}' flag" if config.deleted_field else ""),
             )
-        record = row if config.op_declared else {**row, op_field: code}
-        record[op_field] = code
+        row[op_field] = code
         try:
-            changes = self._engine.process(record)
+            changes = self._engine.process(row)
         except InvalidOperationError:
             raise FieldError(
                 op_field,
@@ -338,24 +343,6 @@ class GenericDecoder(Decoder):
             for change in changes:
                 change.row[op_field] = None
         return changes
-
-    def _payload(self, obj: dict[str, Any]) -> dict[str, Any]:
-        if self.config.schema_include:
-            payload = obj.get("payload")
-            if not isinstance(payload, dict):
-                raise FieldError(
-                    "payload",
-                    "no {schema, payload} form here; if the topic's converter has schemas.enable=false, set "
-                    f"'{NAME}.schema-include'='false'",
-                )
-            return payload
-        if "schema" in obj and "payload" in obj and self.config.op_field not in obj:
-            raise FieldError(
-                self.config.op_field,
-                "the message has the {schema, payload} form of Kafka Connect's JSON converter: set "
-                f"'{NAME}.schema-include'='true'",
-            )
-        return obj
 
     def _flag_code(self, obj: Mapping[str, Any]) -> str | None:
         field = self.config.deleted_field
