@@ -21,6 +21,7 @@ from cdcflow.core.params import plan_from_changelog
 from cdcflow.formats.base import FormatMetrics, MetadataColumn, metadata_column_name, metadata_schema
 from cdcflow.formats.base import output_schema as base_output_schema
 from cdcflow.formats.errors import FieldError
+from cdcflow.formats.options import Option, choice, names
 from cdcflow.formats.types import (
     BIGINT,
     STRING,
@@ -62,6 +63,13 @@ UNAVAILABLE_HELP = (
     "an unchanged TOASTed column (__debezium_unavailable_value): FILL takes it from the previous image "
     "of the key kept in state, else reports it; REPORT sets NULL and names it in the unavailable-columns "
     "metadata; FAIL fails the record"
+)
+
+
+DEBEZIUM_OPTIONS: tuple[Option[Any], ...] = (
+    Option("changelog-mode", choice(DebeziumMode), DebeziumMode.RETRACT, MODE_HELP),
+    Option("unavailable-values", choice(UnavailableHandling), UnavailableHandling.FILL, UNAVAILABLE_HELP),
+    Option("key-columns", names, (), "primary-key columns (default: the fields of the Kafka message key)"),
 )
 
 

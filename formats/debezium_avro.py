@@ -30,9 +30,8 @@ from cdcflow.formats import avro_types
 from cdcflow.formats.base import ControlEvent, Decoded, Decoder, Encoded, Encoder, FormatMetrics, Message
 from cdcflow.formats.debezium import (
     CONTROL_OPS,
+    DEBEZIUM_OPTIONS,
     METADATA,
-    MODE_HELP,
-    UNAVAILABLE_HELP,
     ChangeBuilder,
     DebeziumMode,
     UnavailableHandling,
@@ -50,7 +49,8 @@ from cdcflow.formats.errors import (
     MissingDependencyError,
     SchemaError,
 )
-from cdcflow.formats.options import Option, OptionSet, boolean, choice, names, optional_string
+from cdcflow.formats.jsonenc import IGNORE_PARSE_ERRORS
+from cdcflow.formats.options import Option, OptionSet, optional_string
 from cdcflow.formats.registry import FormatFactory
 from cdcflow.formats.types import Schema
 from cdcflow.formats.values import RowConverter
@@ -106,12 +106,8 @@ OPTIONS = OptionSet(
         ),
         Option("ssl.certificate.location", optional_string, None, "a client certificate file (PEM)"),
         Option("ssl.key.location", optional_string, None, "the client certificate's private key file"),
-        Option("ignore-parse-errors", boolean, False, "dead-letter records that cannot be decoded"),
-        Option("changelog-mode", choice(DebeziumMode), DebeziumMode.RETRACT, MODE_HELP),
-        Option("unavailable-values", choice(UnavailableHandling), UnavailableHandling.FILL, UNAVAILABLE_HELP),
-        Option(
-            "key-columns", names, (), "primary-key columns (default: the fields of the Kafka message key)"
-        ),
+        IGNORE_PARSE_ERRORS,
+        *DEBEZIUM_OPTIONS,
     ],
 )
 _CLIENT_KEYS = {

@@ -30,9 +30,8 @@ from cdcflow.formats.base import (
 )
 from cdcflow.formats.debezium import (
     CONTROL_OPS,
+    DEBEZIUM_OPTIONS,
     METADATA,
-    MODE_HELP,
-    UNAVAILABLE_HELP,
     ChangeBuilder,
     DebeziumMode,
     UnavailableHandling,
@@ -43,8 +42,16 @@ from cdcflow.formats.debezium import (
     output_schema,
 )
 from cdcflow.formats.errors import FieldError, FormatOptionError, SchemaError
-from cdcflow.formats.jsonenc import MapNullKeyMode, RowEncoder, TimestampStandard
-from cdcflow.formats.options import Option, OptionSet, boolean, choice, names
+from cdcflow.formats.jsonenc import (
+    IGNORE_NULL_FIELDS,
+    IGNORE_PARSE_ERRORS,
+    MAP_NULL_KEY_OPTIONS,
+    TIMESTAMP_STANDARD,
+    MapNullKeyMode,
+    RowEncoder,
+    TimestampStandard,
+)
+from cdcflow.formats.options import Option, OptionSet, boolean
 from cdcflow.formats.registry import FormatFactory
 from cdcflow.formats.types import INTEGER_KINDS, Schema
 from cdcflow.formats.values import RowConverter, converter
@@ -60,21 +67,11 @@ OPTIONS = OptionSet(
             False,
             "messages have Kafka Connect's {schema, payload} form (the JSON converter with schemas.enable)",
         ),
-        Option("ignore-parse-errors", boolean, False, "dead-letter records that cannot be decoded"),
-        Option(
-            "timestamp-format.standard",
-            choice(TimestampStandard),
-            TimestampStandard.SQL,
-            "SQL or ISO-8601: how timestamps are written without a schema (both are read)",
-        ),
-        Option("changelog-mode", choice(DebeziumMode), DebeziumMode.RETRACT, MODE_HELP),
-        Option("unavailable-values", choice(UnavailableHandling), UnavailableHandling.FILL, UNAVAILABLE_HELP),
-        Option(
-            "key-columns", names, (), "primary-key columns (default: the fields of the Kafka message key)"
-        ),
-        Option("map-null-key.mode", choice(MapNullKeyMode), MapNullKeyMode.FAIL, "FAIL, DROP or LITERAL"),
-        Option("map-null-key.literal", str, "null", "the key written for a NULL map key in LITERAL mode"),
-        Option("encode.ignore-null-fields", boolean, False, "leave NULL columns out of written images"),
+        IGNORE_PARSE_ERRORS,
+        TIMESTAMP_STANDARD,
+        *DEBEZIUM_OPTIONS,
+        *MAP_NULL_KEY_OPTIONS,
+        IGNORE_NULL_FIELDS,
     ],
 )
 

@@ -31,8 +31,17 @@ from cdcflow.formats.base import (
     output_schema,
 )
 from cdcflow.formats.errors import FieldError, FormatOptionError
-from cdcflow.formats.jsonenc import Encode, MapNullKeyMode, TimestampStandard, value_encoder
-from cdcflow.formats.options import Option, OptionSet, boolean, choice, optional_string, regex
+from cdcflow.formats.jsonenc import (
+    IGNORE_NULL_FIELDS,
+    IGNORE_PARSE_ERRORS,
+    MAP_NULL_KEY_OPTIONS,
+    TIMESTAMP_STANDARD,
+    Encode,
+    MapNullKeyMode,
+    TimestampStandard,
+    value_encoder,
+)
+from cdcflow.formats.options import Option, OptionSet, boolean, optional_string, regex
 from cdcflow.formats.types import DataType, Schema, TypeKind
 from cdcflow.formats.values import EPOCH_UTC, Converter, RowConverter, converter
 
@@ -45,24 +54,17 @@ def json_options(prefix: str, extra: Sequence[Option[Any]] = ()) -> OptionSet:
     return OptionSet(
         prefix,
         [
-            Option("ignore-parse-errors", boolean, False, "dead-letter records that cannot be decoded"),
-            Option(
-                "timestamp-format.standard",
-                choice(TimestampStandard),
-                TimestampStandard.SQL,
-                "SQL (2020-01-01 10:00:00) or ISO-8601 (2020-01-01T10:00:00): how timestamps are written "
-                "(both are read)",
-            ),
+            IGNORE_PARSE_ERRORS,
+            TIMESTAMP_STANDARD,
             *extra,
-            Option("map-null-key.mode", choice(MapNullKeyMode), MapNullKeyMode.FAIL, "FAIL, DROP or LITERAL"),
-            Option("map-null-key.literal", str, "null", "the key written for a NULL map key in LITERAL mode"),
+            *MAP_NULL_KEY_OPTIONS,
             Option(
                 "encode.decimal-as-plain-number",
                 boolean,
                 False,
                 "accepted for Flink compatibility: decimals are always written without an exponent",
             ),
-            Option("encode.ignore-null-fields", boolean, False, "leave NULL columns out of written rows"),
+            IGNORE_NULL_FIELDS,
         ],
     )
 

@@ -47,7 +47,7 @@ from cdcflow.formats.base import (
     parse_json_object,
 )
 from cdcflow.formats.errors import FieldError, FormatOptionError
-from cdcflow.formats.jsonenc import RowEncoder, TimestampStandard
+from cdcflow.formats.jsonenc import IGNORE_PARSE_ERRORS, TIMESTAMP_STANDARD, RowEncoder, TimestampStandard
 from cdcflow.formats.options import Option, OptionSet, boolean, choice, integer, names, optional_string
 from cdcflow.formats.registry import FormatFactory
 from cdcflow.formats.types import Schema
@@ -123,13 +123,8 @@ OPTIONS = OptionSet(
             False,
             "messages have Kafka Connect's {schema, payload} form (the JSON converter with schemas.enable)",
         ),
-        Option("ignore-parse-errors", boolean, False, "dead-letter records that cannot be decoded"),
-        Option(
-            "timestamp-format.standard",
-            choice(TimestampStandard),
-            TimestampStandard.SQL,
-            "SQL or ISO-8601: how timestamps are written (both are read)",
-        ),
+        IGNORE_PARSE_ERRORS,
+        TIMESTAMP_STANDARD,
     ],
 )
 

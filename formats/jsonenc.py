@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from cdcflow.formats.errors import EncodeError
+from cdcflow.formats.options import Option, boolean, choice
 from cdcflow.formats.types import DataType, Schema, TypeKind
 
 Encode = Callable[[Any], Any]
@@ -33,6 +34,24 @@ class MapNullKeyMode(Enum):
     FAIL = "FAIL"
     DROP = "DROP"
     LITERAL = "LITERAL"
+
+
+IGNORE_PARSE_ERRORS = Option(
+    "ignore-parse-errors", boolean, False, "dead-letter records that cannot be decoded"
+)
+TIMESTAMP_STANDARD = Option(
+    "timestamp-format.standard",
+    choice(TimestampStandard),
+    TimestampStandard.SQL,
+    "SQL (2020-01-01 10:00:00) or ISO-8601 (2020-01-01T10:00:00): how timestamps are written (both are read)",
+)
+MAP_NULL_KEY_OPTIONS = (
+    Option("map-null-key.mode", choice(MapNullKeyMode), MapNullKeyMode.FAIL, "FAIL, DROP or LITERAL"),
+    Option("map-null-key.literal", str, "null", "the key written for a NULL map key in LITERAL mode"),
+)
+IGNORE_NULL_FIELDS = Option(
+    "encode.ignore-null-fields", boolean, False, "leave NULL columns out of written rows"
+)
 
 
 def float32_repr(value: float) -> str:

@@ -28,7 +28,7 @@ from cdcflow.core.model import Change
 from cdcflow.core.rowkind import DEL, UA, UB
 from cdcflow.formats.base import Decoded, Decoder, Encoded, Encoder, FormatMetrics, Message, parse_json_object
 from cdcflow.formats.errors import EncodeError, FieldError, FormatOptionError
-from cdcflow.formats.jsonenc import RowEncoder, TimestampStandard
+from cdcflow.formats.jsonenc import TIMESTAMP_STANDARD, RowEncoder, TimestampStandard
 from cdcflow.formats.options import Option, OptionSet, boolean, choice, names
 from cdcflow.formats.registry import FormatFactory
 from cdcflow.formats.types import Field, Schema
@@ -65,12 +65,7 @@ OPTIONS = OptionSet(
             "ALL: the value holds every column; EXCEPT_KEY: the key columns are only in the key",
         ),
         Option("ignore-parse-errors", boolean, False, "dead-letter records whose key or value is unreadable"),
-        Option(
-            "timestamp-format.standard",
-            choice(TimestampStandard),
-            TimestampStandard.SQL,
-            "SQL or ISO-8601: how timestamps are written (both are read)",
-        ),
+        TIMESTAMP_STANDARD,
     ],
 )
 
