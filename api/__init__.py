@@ -5,6 +5,10 @@ The engine is importable on its own, with no Spark or Kafka::
     from cdcflow import from_changelog, to_changelog, RowKind, Change, Watermark
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from cdcflow.core import (
     CdcflowError,
     Change,
@@ -27,6 +31,21 @@ from cdcflow.core import (
 
 __version__ = "0.1.0"
 
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``cdc-*`` Spark data sources with ``spark``.
+
+    Spark also finds them by itself (the installed ``pyspark_cdc_*`` modules), provided its workers
+    run a Python where cdcflow is installed: the one ``PYSPARK_PYTHON`` names.
+    """
+    from cdcflow.connectors.sources import register as register_sources
+
+    register_sources(spark)
+
+
 __all__ = [
     "CdcflowError",
     "Change",
@@ -45,5 +64,6 @@ __all__ = [
     "Watermark",
     "__version__",
     "from_changelog",
+    "register",
     "to_changelog",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import logging
 import math
 import sys
 from collections.abc import Iterator, Sequence
@@ -80,6 +81,25 @@ def _parser() -> argparse.ArgumentParser:
         help="add a metadata column of the format, e.g. source.table; repeatable",
     )
     inspect.set_defaults(command=_inspect)
+    record = commands.add_parser(
+        "record",
+        help="record Kafka topics into a topic dump file",
+        description="Read every partition of the topics from startingOffsets (default earliest) up to the "
+        "end offsets when recording starts, and write them to a topic dump (JSON lines, docs/replay.md) "
+        "that the cdc-* sources replay with load(FILE).",
+    )
+    record.add_argument("--bootstrap-servers", required=True, metavar="HOST:PORT[,HOST:PORT]")
+    record.add_argument("--topic", action="append", default=[], metavar="TOPIC", help="a topic; repeatable")
+    record.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help='a Kafka source option, e.g. startingOffsets={"orders":{"0":42}} or '
+        "kafka.security.protocol=SSL; repeatable",
+    )
+    record.add_argument("--output", required=True, metavar="FILE", help="the dump file to write")
+    record.set_defaults(command=_record)
     return parser
 
 
@@ -135,6 +155,24 @@ def _inspect_format(args: argparse.Namespace) -> int:
         f"{metrics.dead_letters} dead letters",
         file=sys.stderr,
     )
+    return 0
+
+
+def _record(args: argparse.Namespace) -> int:
+    from cdcflow.connectors.replay import record_topic
+
+    # librdkafka logs every failed connection attempt; the command reports the outcome once.
+    logging.getLogger("cdcflow.connectors.kafka").setLevel(logging.CRITICAL)
+    options = {"kafka.bootstrap.servers": args.bootstrap_servers}
+    if args.topic:
+        options["subscribe"] = ",".join(args.topic)
+    for entry in args.option:
+        key, sep, value = entry.partition("=")
+        if not sep:
+            raise CdcflowError(f"--option '{entry}' must look like KEY=VALUE, e.g. kafka.client.id=recorder")
+        options[key.strip()] = value
+    summary = record_topic(options, args.output)
+    print(f"cdcflow: {summary}", file=sys.stderr)
     return 0
 
 

@@ -1,0 +1,89 @@
+"""Executor side of a read: messages → Arrow record batches of changes, dead letters written aside."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+
+import pyarrow as pa
+
+from cdcflow.connectors.columnar import ColumnarDecoder
+from cdcflow.connectors.dead_letters import DeadLetterWriter
+from cdcflow.connectors.metadata import metadata_array
+from cdcflow.connectors.read_plan import ReadPlan
+from cdcflow.connectors.spark_types import ChangeBatchBuilder, arrow_schema, struct_type
+from cdcflow.formats.base import DecodeOutput, Message
+
+logger = logging.getLogger(__name__)
+
+BLOCK_SIZE = 8192
+
+
+class BatchDecoder:
+    """Decodes one input partition. The columnar path is used where the format has one; a block it
+    cannot take (a placeholder, a parse error, a control event) goes through the per-message decoder."""
+
+    def __init__(self, plan: ReadPlan) -> None:
+        self.plan = plan
+        self.decoder = plan.decoder
+        self.target = arrow_schema(plan.output)
+        decoded = plan.decoded_columns
+        canonical = arrow_schema(struct_type(decoded))
+        self._changes = ChangeBatchBuilder(
+            decoded,
+            plan.row_kind_column,
+            pa.schema([*canonical, pa.field(plan.row_kind_column, pa.string())]),
+        )
+        self._columnar = _columnar_decoder(plan, canonical)
+        self._dead_letters = DeadLetterWriter(plan.dead_letters) if plan.dead_letters is not None else None
+
+    def batches(self, messages: Iterable[Message]) -> Iterator[pa.RecordBatch]:
+        iterator = iter(messages)
+        try:
+            while block := list(itertools.islice(iterator, BLOCK_SIZE)):
+                batch = self._decode_block(block)
+                if batch is not None and batch.num_rows:
+                    yield batch
+        finally:
+            if self._dead_letters is not None:
+                self._dead_letters.close()
+
+    def _decode_block(self, block: Sequence[Message]) -> pa.RecordBatch | None:
+        if self._columnar is not None:
+            values = [message.value for message in block]
+            if all(value is not None for value in values):
+                result = self._columnar.decode(values)
+                if result is not None:
+                    return self._arrange(result.rows, result.message_index, block)
+        out = DecodeOutput()
+        origins: list[int] = []
+        for index, message in enumerate(block):
+            before = len(out.changes)
+            self.decoder.decode(message, out)
+            origins.extend(itertools.repeat(index, len(out.changes) - before))
+        for event in out.events:
+            log = logger.warning if event.kind == "truncate" else logger.info
+            log(
+                "%s: %s event not in the changelog (%s)",
+                event.message.origin(),
+                event.kind,
+                self.plan.format_name,
+            )
+        if out.dead_letters and self._dead_letters is not None:
+            self._dead_letters.write(out.dead_letters)
+        if not out.changes:
+            return None
+        return self._arrange(self._changes.build(out.changes), pa.array(origins, type=pa.int32()), block)
+
+    def _arrange(self, rows: pa.RecordBatch, origins: pa.Array, block: Sequence[Message]) -> pa.RecordBatch:
+        names = [*self.plan.decoded_columns.names, self.plan.row_kind_column]
+        columns = dict(zip(names, rows.columns, strict=True))
+        for key in self.plan.connector_metadata:
+            arrow_type = self.target.field(key).type
+            columns[key] = metadata_array(key, block, arrow_type).take(origins)
+        return pa.RecordBatch.from_arrays([columns[f.name] for f in self.target], schema=self.target)
+
+
+def _columnar_decoder(plan: ReadPlan, canonical: pa.Schema) -> ColumnarDecoder | None:
+    return ColumnarDecoder.for_decoder(plan.decoder, canonical, row_kind_column=plan.row_kind_column)

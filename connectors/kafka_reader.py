@@ -1,0 +1,213 @@
+"""Reading one offset range of one Kafka partition, as Spark's Kafka source does, on an executor.
+
+The consumer is assigned and positioned by hand (no group membership, no commits) and created inside
+:func:`read_range`, never pickled. Offsets below the low watermark or past the end of the partition
+are data loss (``failOnDataLoss``); gaps above the low watermark (compaction, transaction markers)
+are skipped silently, as in Spark.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+from cdcflow.connectors.errors import KafkaConnectorError
+from cdcflow.connectors.kafka_options import KafkaOptions, OffsetRange, require_kafka
+from cdcflow.connectors.kafka_ranges import report_data_loss
+from cdcflow.formats import Message
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer, KafkaError
+    from confluent_kafka import Message as KafkaMessage
+
+log = logging.getLogger("cdcflow.connectors.kafka")
+
+_BATCH_SIZE = 5000
+_POLL_SLICE_S = 0.2
+
+
+def new_consumer(options: KafkaOptions, on_error: Callable[[KafkaError], None] | None = None) -> Consumer:
+    """A consumer that never joins a group or commits, and reports partition ends and lost offsets.
+
+    ``on_error`` receives client-level errors (brokers unreachable, authentication failed).
+    """
+    require_kafka()
+    from confluent_kafka import Consumer
+
+    config = options.client.as_dict()
+    config.setdefault("group.id", f"{options.group_id_prefix}-{uuid.uuid4().hex}")
+    # Spark's Java consumer reads uncommitted records unless told otherwise; librdkafka's default differs.
+    config.setdefault("isolation.level", "read_uncommitted")
+    config.update(
+        {
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "error",
+            "enable.partition.eof": True,
+            "logger": log,
+        }
+    )
+    if on_error is not None:
+        config["error_cb"] = on_error
+    return options.client.create(lambda: Consumer(config))
+
+
+def read_range(
+    options: KafkaOptions,
+    rng: OffsetRange,
+    *,
+    fail_on_data_loss: bool | None = None,
+    include_headers: bool | None = None,
+) -> Iterator[Message]:
+    """The records of ``rng`` in offset order (the options' flags unless overridden)."""
+    if rng.start >= rng.end:
+        return
+    reader = _RangeReader(
+        options,
+        rng,
+        options.fail_on_data_loss if fail_on_data_loss is None else fail_on_data_loss,
+        options.include_headers if include_headers is None else include_headers,
+    )
+    try:
+        yield from reader.messages()
+    finally:
+        reader.consumer.close()
+
+
+class _RangeReader:
+    def __init__(
+        self, options: KafkaOptions, rng: OffsetRange, fail_on_data_loss: bool, headers: bool
+    ) -> None:
+        from confluent_kafka import TopicPartition
+
+        self.options, self.rng = options, rng
+        self.fail_on_data_loss, self.headers = fail_on_data_loss, headers
+        self.partition = TopicPartition(rng.topic, rng.partition)
+        self.last_error: str | None = None
+        self.consumer = new_consumer(options, self._on_client_error)
+        self.next = rng.start
+
+    def messages(self) -> Iterator[Message]:
+        from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
+
+        topic, partition, end, headers = self.rng.topic, self.rng.partition, self.rng.end, self.headers
+        self._seek(self.next)
+        idle_s = 0.0
+        while self.next < end:
+            began = time.monotonic()
+            # Asking for no more than the range holds lets consume() return as soon as it has them all.
+            batch = self.consumer.consume(
+                num_messages=min(_BATCH_SIZE, end - self.next), timeout=_POLL_SLICE_S
+            )
+            before, low_checked = self.next, False
+            for record in batch:
+                error = record.error()
+                if error is not None:
+                    if self._on_error(error, record):
+                        break  # re-positioned: the rest of the batch is stale
+                    continue
+                offset = record.offset()
+                if offset is None or offset < self.next:
+                    continue
+                if offset >= end:
+                    self.next = end
+                    break
+                if offset > self.next and not low_checked:
+                    low_checked = True  # one watermark query per batch, however many gaps
+                    if self._watermarks()[0] > self.next:
+                        self._lost(self.next, offset)
+                kind, timestamp = record.timestamp()
+                yield Message(
+                    record.value(),
+                    record.key(),
+                    topic,
+                    partition,
+                    offset,
+                    None if kind == TIMESTAMP_NOT_AVAILABLE else timestamp,
+                    tuple(record.headers() or ()) if headers else (),  # type: ignore[arg-type]
+                )
+                self.next = offset + 1
+            idle_s = 0.0 if self.next > before else idle_s + time.monotonic() - began
+            if idle_s >= self.options.poll_timeout_s and self.next < end:
+                raise self._timeout()
+
+    def _on_error(self, error: KafkaError, record: KafkaMessage) -> bool:
+        """Handle an error event; True if the consumer was re-positioned."""
+        from confluent_kafka import KafkaError
+
+        code, end = error.code(), self.rng.end
+        if code == KafkaError._PARTITION_EOF:
+            self.next = max(self.next, min(record.offset() or 0, end))
+            if self.next < end and self._watermarks()[1] <= self.next:
+                self._lost(self.next, end, "beyond the end of the partition")
+                self.next = end
+            return False
+        if code == KafkaError._AUTO_OFFSET_RESET:
+            low, high = self._watermarks()
+            if self.next < low:
+                self._lost(self.next, min(low, end))
+                self.next = min(low, end)
+            elif self.next >= high:
+                self._lost(self.next, end, "beyond the end of the partition")
+                self.next = end
+            if self.next < end:
+                self._seek(self.next)
+            return True
+        if code in (
+            KafkaError.UNKNOWN_TOPIC_OR_PART,
+            KafkaError._UNKNOWN_PARTITION,
+            KafkaError._UNKNOWN_TOPIC,
+        ):
+            self._lost(self.next, end, "the topic or partition does not exist any more")
+            self.next = end
+            return True
+        if error.fatal():
+            raise KafkaConnectorError(
+                f"{self._where()}: fatal Kafka error: {self.options.client.explain(error)}"
+            )
+        self.last_error = self.options.client.explain(error)
+        return False
+
+    def _on_client_error(self, error: KafkaError) -> None:
+        self.last_error = self.options.client.explain(error)
+
+    def _lost(self, start: int, end: int, why: str = "below the earliest available offset") -> None:
+        report_data_loss(
+            f"topic '{self.rng.topic}' partition {self.rng.partition}: cannot read offsets [{start}, {end}), "
+            f"{why}",
+            self.fail_on_data_loss,
+        )
+
+    def _seek(self, offset: int) -> None:
+        self.partition.offset = offset
+        self.consumer.assign([self.partition])
+
+    def _watermarks(self) -> tuple[int, int]:
+        from confluent_kafka import KafkaException
+
+        try:
+            low, high = self.consumer.get_watermark_offsets(
+                self.partition, timeout=self.options.poll_timeout_s, cached=False
+            )
+        except KafkaException as error:
+            raise KafkaConnectorError(
+                f"{self._where()}: could not get the partition's watermarks: "
+                f"{self.options.client.explain(error)}"
+            ) from None
+        return low, high
+
+    def _where(self) -> str:
+        return (
+            f"topic '{self.rng.topic}' partition {self.rng.partition} at offset {self.next} "
+            f"(reading [{self.rng.start}, {self.rng.end}) from {self.options.client.bootstrap_servers})"
+        )
+
+    def _timeout(self) -> KafkaConnectorError:
+        last = f"; last error: {self.last_error}" if self.last_error else ""
+        return KafkaConnectorError(
+            f"{self._where()}: no records within {self.options.poll_timeout_s:g}s{last}; check that the "
+            "brokers are reachable, or raise the source option kafkaConsumer.pollTimeoutMs"
+        )

@@ -1,0 +1,247 @@
+"""Everything a read needs, decided once on the driver: the decoder, the output columns, the input.
+
+The plan is a frozen, picklable value: Spark ships it to the executors, which build nothing but
+clients from it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from pyspark.sql import types as st
+
+from cdcflow.connectors import kafka_client, replay
+from cdcflow.connectors.errors import ConnectorOptionError
+from cdcflow.connectors.metadata import CONNECTOR_METADATA
+from cdcflow.connectors.source_options import SplitOptions, include_headers, split_options
+from cdcflow.connectors.spark_types import schema_of_struct, struct_type
+from cdcflow.formats.base import DecodeOutput, Decoder, Message
+from cdcflow.formats.errors import FormatOptionError
+from cdcflow.formats.registry import FormatFactory, resolve_format
+from cdcflow.formats.types import Schema, parse_ddl
+
+INFERENCE_SAMPLE = 100
+
+
+@dataclass(frozen=True)
+class ReplayInput:
+    files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class KafkaInput:
+    options: kafka_client.KafkaOptions
+
+
+@dataclass(frozen=True)
+class DeadLetterTarget:
+    path: str | None
+    topic: str | None
+    kafka: kafka_client.KafkaOptions | None
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    format_name: str
+    decoder: Decoder
+    decoded_columns: Schema
+    connector_metadata: tuple[str, ...]
+    row_kind_column: str
+    output: st.StructType
+    input: ReplayInput | KafkaInput
+    dead_letters: DeadLetterTarget | None
+    include_headers: bool
+    max_offsets_per_trigger: int
+    max_records_per_partition: int
+
+
+def plan_read(format_name: str, raw: Mapping[str, str], user_schema: st.StructType | None) -> ReadPlan:
+    factory = resolve_format(format_name)
+    options = split_options(raw, factory)
+    row_kind = options.get("rowKindColumn")
+    connector_metadata, format_metadata = _metadata(options, factory)
+    headers = include_headers(options.kafka) or "headers" in connector_metadata
+    if headers and "headers" not in connector_metadata:
+        connector_metadata = (*connector_metadata, "headers")  # Spark's includeHeaders adds the column
+    source = _input(options)
+    dead_letters = _dead_letters(options, factory)
+    format_options = dict(options.format)
+    if dead_letters is not None:
+        format_options[f"{factory.name}.ignore-parse-errors"] = "true"
+    columns = _declared_columns(options, user_schema, row_kind, connector_metadata, format_metadata)
+    decoder = _decoder(factory, format_options, columns, format_metadata, source, options)
+    decoded: Schema = decoder.schema
+    output = struct_type(decoded)
+    for key in connector_metadata:
+        if key in decoded:
+            raise ConnectorOptionError(
+                f"metadata column '{key}' clashes with a table column of the same name: rename the column"
+            )
+        output.add(st.StructField(key, CONNECTOR_METADATA[key], True))
+    if row_kind in decoded or row_kind in connector_metadata:
+        raise ConnectorOptionError(
+            f"the row kind column '{row_kind}' clashes with a column: set rowKindColumn to another name"
+        )
+    output.add(st.StructField(row_kind, st.StringType(), False))
+    if user_schema is not None:
+        _check_user_schema(user_schema, output)
+        output = user_schema
+    return ReadPlan(
+        format_name=factory.name,
+        decoder=decoder,
+        decoded_columns=decoded,
+        connector_metadata=connector_metadata,
+        row_kind_column=row_kind,
+        output=output,
+        input=source,
+        dead_letters=dead_letters,
+        include_headers=headers,
+        max_offsets_per_trigger=options.get("maxOffsetsPerTrigger"),
+        max_records_per_partition=max(1, options.get("maxRecordsPerPartition")),
+    )
+
+
+def _metadata(options: SplitOptions, factory: FormatFactory) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    own = {column.key for column in factory.metadata_columns}
+    connector: list[str] = []
+    format_keys: list[str] = []
+    for key in options.get("metadata"):
+        if key in own:
+            format_keys.append(key)
+        elif key in CONNECTOR_METADATA:
+            connector.append(key)
+        else:
+            raise ConnectorOptionError(
+                f"unknown metadata column '{key}'; available: {', '.join(CONNECTOR_METADATA)}"
+                + (f", and format '{factory.name}''s {', '.join(sorted(own))}" if own else "")
+            )
+    return tuple(connector), tuple(format_keys)
+
+
+def _input(options: SplitOptions) -> ReplayInput | KafkaInput:
+    path = options.get("path")
+    has_kafka = any(key.lower() != "includeheaders" for key in options.kafka)
+    if path is not None and has_kafka:
+        raise ConnectorOptionError(
+            "both 'path' (replay recorded files) and Kafka options are set: use one input, "
+            f"Kafka options given: {', '.join(sorted(options.kafka))}"
+        )
+    if path is not None:
+        files = tuple(replay.list_files(path))
+        return ReplayInput(files)
+    if not has_kafka:
+        raise ConnectorOptionError(
+            "no input: set 'kafka.bootstrap.servers' and one of subscribe / subscribePattern / assign to "
+            "read Kafka, or load(path) to replay recorded files"
+        )
+    return KafkaInput(kafka_client.KafkaOptions.parse(options.kafka))
+
+
+def _dead_letters(options: SplitOptions, factory: FormatFactory) -> DeadLetterTarget | None:
+    path, topic = options.get("deadLetterPath"), options.get("deadLetterTopic")
+    ignore = factory.options.parse(options.format).get("ignore-parse-errors", False)
+    if path is None and topic is None:
+        if ignore:
+            raise ConnectorOptionError(
+                f"'{factory.name}.ignore-parse-errors' is true but rejected records need somewhere to go: "
+                "set deadLetterPath (a directory) or deadLetterTopic; cdcflow never drops records silently"
+            )
+        return None
+    kafka = None
+    if topic is not None:
+        bootstrap = {k: v for k, v in options.kafka.items() if k.lower().startswith("kafka.")}
+        if not bootstrap:
+            raise ConnectorOptionError("deadLetterTopic needs kafka.bootstrap.servers")
+        kafka = kafka_client.KafkaOptions.parse({**bootstrap, "subscribe": topic})
+    return DeadLetterTarget(path, topic, kafka)
+
+
+def _declared_columns(
+    options: SplitOptions,
+    user_schema: st.StructType | None,
+    row_kind: str,
+    connector_metadata: tuple[str, ...],
+    format_metadata: tuple[str, ...],
+) -> Schema | None:
+    ddl = options.get("columns")
+    if user_schema is not None and ddl is not None:
+        raise ConnectorOptionError(
+            "the table columns are given twice, with .schema(...) and option 'columns': keep one"
+        )
+    if ddl is not None:
+        return parse_ddl(ddl)
+    if user_schema is None:
+        return None
+    from cdcflow.formats.base import metadata_column_name
+
+    if row_kind not in user_schema.fieldNames():
+        raise ConnectorOptionError(
+            f"the schema given with .schema(...) is the whole output, and it has no '{row_kind}' column "
+            f"for the row kind: add `{row_kind} STRING NOT NULL` to it, or pass only the table columns "
+            "with .option('columns', '<DDL>')"
+        )
+    not_table = {row_kind, *connector_metadata, *(metadata_column_name(k) for k in format_metadata)}
+    table = st.StructType([f for f in user_schema.fields if f.name not in not_table])
+    return schema_of_struct(table)
+
+
+def _decoder(
+    factory: FormatFactory,
+    format_options: dict[str, str],
+    columns: Schema | None,
+    metadata: tuple[str, ...],
+    source: ReplayInput | KafkaInput,
+    options: SplitOptions,
+) -> Decoder:
+    try:
+        decoder = factory.create_decoder(format_options, columns, metadata)
+    except FormatOptionError as error:
+        if columns is None:
+            raise ConnectorOptionError(
+                f"{error}. With Spark, pass the table columns as .option('columns', 'id INT NOT NULL, ...') "
+                "or as .schema(...) including the row kind column"
+            ) from None
+        raise
+    if columns is not None:
+        return decoder
+    inferred = _infer(decoder, source)
+    # Pin the inferred columns: every executor decodes against the same schema.
+    return factory.create_decoder(format_options, _physical(inferred, factory, metadata), metadata)
+
+
+def _physical(schema: Schema, factory: FormatFactory, metadata: tuple[str, ...]) -> Schema:
+    from cdcflow.formats.base import metadata_column_name
+
+    names = {metadata_column_name(key) for key in metadata}
+    return Schema(tuple(f for f in schema if f.name not in names))
+
+
+def _infer(decoder: Decoder, source: ReplayInput | KafkaInput) -> Schema:
+    out = DecodeOutput()
+    for message in itertools.islice(_sample(source), INFERENCE_SAMPLE):
+        decoder.decode(message, out)
+        schema: Schema | None = getattr(decoder, "schema", None)
+        if schema is not None:
+            return schema
+    raise ConnectorOptionError(
+        f"format '{decoder.format_name}' found no message to infer the columns from in the first "
+        f"{INFERENCE_SAMPLE}: pass the table columns with .option('columns', '<DDL>')"
+    )
+
+
+def _sample(source: ReplayInput | KafkaInput) -> Iterator[Message]:
+    if isinstance(source, ReplayInput):
+        for path in source.files:
+            yield from replay.read_messages(path)
+        return
+    yield from kafka_client.sample_messages(source.options, INFERENCE_SAMPLE)
+
+
+def _check_user_schema(user: st.StructType, derived: st.StructType) -> None:
+    if sorted(f.name for f in user.fields) != sorted(f.name for f in derived.fields):
+        raise ConnectorOptionError(
+            f"the schema given with .schema(...) has columns {user.fieldNames()}, but the source produces "
+            f"{derived.fieldNames()}: add or remove columns (metadata columns come from option 'metadata')"
+        )

@@ -1,0 +1,165 @@
+"""The batch and streaming readers of the ``cdc-*`` sources, over Kafka or recorded files.
+
+Offsets are Spark's checkpointed dicts: ``{"topic": {"0": 42}}`` (next offset to read per Kafka
+partition) or ``{"files": {"/path": 1024}}`` (bytes read per replayed file). Planning runs on the
+driver; ``read`` runs on an executor with a pickled copy of the reader and creates its clients there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from cdcflow.connectors import kafka_client, replay
+from cdcflow.connectors.decode_batches import BatchDecoder
+from cdcflow.connectors.read_plan import KafkaInput, ReadPlan, ReplayInput
+from cdcflow.formats.base import Message
+
+BYTES_PER_RECORD = 400
+"""A replayed file is split as if a record were this long (Debezium envelopes are ~0.4-2 kB)."""
+
+Offsets = dict[str, dict[str, int]]
+
+
+@dataclass(frozen=True)
+class FileRange:
+    path: str
+    start: int
+    end: int
+
+
+class CdcInputPartition(InputPartition):
+    def __init__(self, split: FileRange | kafka_client.OffsetRange) -> None:
+        super().__init__(split)
+        self.split = split
+
+
+def _messages(plan: ReadPlan, split: FileRange | kafka_client.OffsetRange) -> Iterator[Message]:
+    if isinstance(split, FileRange):
+        return replay.read_messages(split.path, split.start, split.end)
+    assert isinstance(plan.input, KafkaInput)  # noqa: S101 - Kafka ranges come from a Kafka input
+    return kafka_client.read_range(
+        plan.input.options,
+        split,
+        fail_on_data_loss=plan.input.options.fail_on_data_loss,
+        include_headers=plan.include_headers,
+    )
+
+
+def _read(plan: ReadPlan, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    assert isinstance(partition, CdcInputPartition)  # noqa: S101 - built by this module
+    return BatchDecoder(plan).batches(_messages(plan, partition.split))
+
+
+def _file_ranges(path: str, start: int, end: int, target_bytes: int) -> list[FileRange]:
+    ranges = []
+    position = start
+    while position < end:
+        stop = min(end, position + target_bytes)
+        ranges.append(FileRange(path, position, stop))
+        position = stop
+    return ranges
+
+
+def _replay_partitions(plan: ReadPlan, start: Offsets, end: Offsets) -> list[CdcInputPartition]:
+    target = plan.max_records_per_partition * BYTES_PER_RECORD
+    begun, ended = start.get("files", {}), end.get("files", {})
+    return [
+        CdcInputPartition(split)
+        for path in sorted(ended)
+        for split in _file_ranges(path, begun.get(path, 0), ended[path], target)
+    ]
+
+
+def _kafka_partitions(plan: ReadPlan, start: Offsets, end: Offsets) -> list[CdcInputPartition]:
+    ranges = [
+        kafka_client.OffsetRange(topic, int(partition), start.get(topic, {}).get(partition, 0), stop)
+        for topic, partitions in sorted(end.items())
+        for partition, stop in sorted(partitions.items(), key=lambda item: int(item[0]))
+    ]
+    ranges = [r for r in ranges if r.end > r.start]
+    return [
+        CdcInputPartition(split)
+        for split in kafka_client.split_ranges(ranges, plan.max_records_per_partition)
+    ]
+
+
+def _file_sizes(plan: ReadPlan) -> Offsets:
+    assert isinstance(plan.input, ReplayInput)  # noqa: S101
+    return {"files": {path: replay.file_size(path) for path in plan.input.files}}
+
+
+class CdcBatchReader(DataSourceReader):
+    def __init__(self, plan: ReadPlan) -> None:
+        self.plan = plan
+
+    def partitions(self) -> Sequence[InputPartition]:
+        plan = self.plan
+        if isinstance(plan.input, ReplayInput):
+            return _replay_partitions(plan, {}, _file_sizes(plan))
+        options = plan.input.options
+        start = kafka_client.offsets_to_json(kafka_client.batch_offsets(options, "starting"))
+        end = kafka_client.offsets_to_json(kafka_client.batch_offsets(options, "ending"))
+        return _kafka_partitions(plan, start, end)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(self.plan, partition)
+
+
+class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, plan: ReadPlan) -> None:
+        self.plan = plan
+        self._available_now: Offsets | None = None
+
+    def initialOffset(self) -> Offsets:
+        if isinstance(self.plan.input, ReplayInput):
+            return {"files": {}}
+        return kafka_client.offsets_to_json(kafka_client.stream_starting_offsets(self.plan.input.options))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.plan.max_offsets_per_trigger > 0 and isinstance(self.plan.input, KafkaInput):
+            return ReadMaxRows(self.plan.max_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now = self._latest()
+
+    def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
+        latest = self._available_now if self._available_now is not None else self._latest()
+        if isinstance(self.plan.input, ReplayInput):
+            return latest
+        merged = {
+            topic: {p: max(o, start.get(topic, {}).get(p, 0)) for p, o in parts.items()}
+            for topic, parts in latest.items()
+        }
+        if isinstance(limit, ReadMaxRows):
+            return kafka_client.limit_offsets(start, merged, limit.max_rows)
+        return merged
+
+    def reportLatestOffset(self) -> Offsets:
+        return self._latest()
+
+    def _latest(self) -> Offsets:
+        if isinstance(self.plan.input, ReplayInput):
+            return _file_sizes(self.plan)
+        return kafka_client.offsets_to_json(kafka_client.latest_offsets(self.plan.input.options))
+
+    def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
+        if isinstance(self.plan.input, ReplayInput):
+            return _replay_partitions(self.plan, start, end)
+        return _kafka_partitions(self.plan, start, end)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(self.plan, partition)
+
+    def commit(self, end: Offsets) -> None:
+        """The offsets live in Spark's checkpoint; nothing is committed to Kafka."""

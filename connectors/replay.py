@@ -1,0 +1,347 @@
+"""Recorded topics: read dump files and plain files of messages as if they came from Kafka.
+
+Two kinds of file are read (``docs/replay.md``):
+
+- a **topic dump**: JSON Lines whose first line is ``{"cdcflow-topic-dump":1}``, then one record per
+  line with its topic, partition, offset, timestamp, key, value and headers (bytes as base64);
+- a **plain file**: one message value per line (e.g. one Debezium envelope), blank lines ignored.
+
+Files split by byte range: a split owns the lines that *start* in ``[start, end)``, so any set of
+adjacent splits reads every line exactly once. Messages carry their file and 1-based line number.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import glob
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+from cdcflow.connectors import kafka_client
+from cdcflow.connectors.errors import ConnectorOptionError, ReplayFormatError
+from cdcflow.connectors.kafka_options import KafkaOptions
+from cdcflow.formats import Message
+
+DUMP_MARKER = "cdcflow-topic-dump"
+DUMP_VERSION = 1
+DUMP_HEADER = orjson.dumps({DUMP_MARKER: DUMP_VERSION}) + b"\n"
+_RECORD_KEYS = frozenset({"topic", "partition", "offset", "timestamp", "key", "value", "headers"})
+_GLOB_CHARS = frozenset("*?[")
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class FileSplit:
+    """The lines of ``path`` that start at a byte in ``[start, end)``."""
+
+    path: str
+    start: int
+    end: int
+    file_size: int
+
+
+def list_files(path: str) -> list[str]:
+    """The files ``path`` names: itself, a directory's files (sorted, not recursive) or a glob's matches.
+
+    Hidden files (names starting with ``.`` or ``_``, as Spark skips them) are left out.
+    """
+    if _GLOB_CHARS & set(path):
+        files = sorted(p for p in glob.glob(path, recursive=True) if os.path.isfile(p) and not _hidden(p))
+    elif os.path.isdir(path):
+        files = sorted(
+            os.path.join(path, name)
+            for name in os.listdir(path)
+            if not _hidden(name) and os.path.isfile(os.path.join(path, name))
+        )
+    elif os.path.isfile(path):
+        return [path]
+    else:
+        raise ConnectorOptionError(f"path '{path}' does not exist: give a file, a directory or a glob")
+    if not files:
+        raise ConnectorOptionError(f"path '{path}' names no file to replay (hidden files are skipped)")
+    return files
+
+
+def _hidden(path: str) -> bool:
+    return os.path.basename(path).startswith((".", "_"))
+
+
+def file_size(path: str) -> int:
+    return os.path.getsize(path)
+
+
+def plan_splits(files: Iterable[str], target_bytes: int) -> list[FileSplit]:
+    """Splits of about ``target_bytes`` each, in file order; empty files have none."""
+    if target_bytes <= 0:
+        raise ConnectorOptionError(f"a replay split must be at least one byte long, got {target_bytes}")
+    splits: list[FileSplit] = []
+    for path in files:
+        size = file_size(path)
+        splits.extend(
+            FileSplit(path, s, min(s + target_bytes, size), size) for s in range(0, size, target_bytes)
+        )
+    return splits
+
+
+def read_split(split: FileSplit) -> Iterator[Message]:
+    return read_messages(split.path, split.start, split.end)
+
+
+def read_messages(path: str, start_byte: int = 0, end_byte: int | None = None) -> Iterator[Message]:
+    """The messages of the lines of ``path`` that start in ``[start_byte, end_byte)``, in file order."""
+    with open(path, "rb") as stream:
+        dump = _is_dump(stream, path)
+        position, number = _first_line_at(stream, start_byte)
+        end = file_size(path) if end_byte is None else end_byte
+        while position < end:
+            line = stream.readline()
+            if not line:
+                return
+            position += len(line)
+            number += 1
+            if not line.strip() or (dump and number == 1):
+                continue
+            if dump:
+                yield _dump_record(line, path, number)
+            else:
+                yield Message(line.rstrip(b"\r\n"), file=path, line=number)
+
+
+def is_dump(path: str) -> bool:
+    """Whether ``path`` is a topic dump (its first line is the dump header)."""
+    with open(path, "rb") as stream:
+        return _is_dump(stream, path)
+
+
+def _is_dump(stream: IO[bytes], path: str) -> bool:
+    stream.seek(0)
+    first = stream.readline(4096)
+    if DUMP_MARKER.encode() not in first:
+        return False
+    try:
+        header = orjson.loads(first)
+    except orjson.JSONDecodeError:
+        raise ReplayFormatError(
+            f"{path}:1: looks like a cdcflow topic dump header but is not valid JSON; write "
+            f"{DUMP_HEADER.decode().strip()} on the first line"
+        ) from None
+    if not isinstance(header, dict) or DUMP_MARKER not in header:
+        return False
+    if header[DUMP_MARKER] != DUMP_VERSION:
+        raise ReplayFormatError(
+            f"{path}:1: topic dump version {header[DUMP_MARKER]!r} is not supported; this cdcflow reads "
+            f"version {DUMP_VERSION}"
+        )
+    return True
+
+
+def _first_line_at(stream: IO[bytes], start: int) -> tuple[int, int]:
+    """Move to the first line starting at or after ``start``; its byte position and the lines before."""
+    if start <= 0:
+        stream.seek(0)
+        return 0, 0
+    stream.seek(start - 1)
+    position = start - 1 + len(stream.readline())  # the rest of the line that started before
+    stream.seek(0)
+    lines, read = 0, 0
+    while read < position:
+        chunk = stream.read(min(_CHUNK, position - read))
+        if not chunk:
+            break
+        lines += chunk.count(b"\n")
+        read += len(chunk)
+    stream.seek(position)
+    return position, lines
+
+
+def _dump_record(line: bytes, path: str, number: int) -> Message:
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError as error:
+        raise ReplayFormatError(
+            f"{path}:{number}: not valid JSON ({error}); each dump line holds one record"
+        ) from None
+    try:
+        # The common case, checked without building anything; _invalid explains any failure.
+        if type(record) is dict and record.keys() <= _RECORD_KEYS:
+            topic, partition, offset = record["topic"], record["partition"], record["offset"]
+            timestamp = record.get("timestamp")
+            if (
+                type(topic) is str
+                and topic
+                and type(partition) is int
+                and partition >= 0
+                and type(offset) is int
+                and offset >= 0
+                and (timestamp is None or type(timestamp) is int)
+            ):
+                headers = record.get("headers", [])
+                if type(headers) is not list:
+                    raise TypeError("headers are a list")
+                return Message(
+                    _unbase64(record["value"]),
+                    _unbase64(record.get("key")),
+                    topic,
+                    partition,
+                    offset,
+                    timestamp,
+                    tuple(map(_header, headers)) if headers else (),
+                    path,
+                    number,
+                )
+    except (KeyError, TypeError, ValueError):  # binascii.Error is a ValueError
+        pass
+    raise _invalid(record, f"{path}:{number}")
+
+
+def _unbase64(text: str | None) -> bytes | None:
+    return None if text is None else binascii.a2b_base64(text, strict_mode=True)
+
+
+def _header(pair: Any) -> tuple[str, bytes | None]:
+    if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str:
+        raise TypeError("a header is a [name, base64-or-null] pair")
+    return pair[0], _unbase64(pair[1])
+
+
+def _invalid(record: Any, where: str) -> ReplayFormatError:
+    """What is wrong with a record the fast path refused."""
+    if not isinstance(record, dict):
+        return ReplayFormatError(f"{where}: expected a record object, got {type(record).__name__}")
+    unknown = set(record) - _RECORD_KEYS
+    missing = {"topic", "partition", "offset", "value"} - set(record)
+    if unknown or missing:
+        return ReplayFormatError(
+            f"{where}: a record has the keys topic, partition, offset, value and optionally timestamp, key, "
+            f"headers; missing: {_names(missing)}, unknown: {_names(unknown)}"
+        )
+    topic, timestamp = record["topic"], record.get("timestamp")
+    if not isinstance(topic, str) or not topic:
+        return ReplayFormatError(f"{where}: 'topic' must be a topic name, got {topic!r}")
+    for name in ("partition", "offset"):
+        value = record[name]
+        if type(value) is not int or value < 0:
+            return ReplayFormatError(f"{where}: '{name}' must be an integer >= 0, got {value!r}")
+    if timestamp is not None and type(timestamp) is not int:
+        return ReplayFormatError(f"{where}: 'timestamp' must be milliseconds (an integer) or null")
+    headers = record.get("headers", [])
+    if not isinstance(headers, list) or not all(
+        isinstance(h, list) and len(h) == 2 and isinstance(h[0], str) for h in headers
+    ):
+        return ReplayFormatError(f"{where}: 'headers' must be a list of [name, base64-or-null] pairs")
+    fields = [("value", record["value"]), ("key", record.get("key"))]
+    for field, text in fields + [(f"header '{name}'", value) for name, value in headers]:
+        if text is not None and not isinstance(text, str):
+            return ReplayFormatError(
+                f"{where}: '{field}' must be base64 text or null, got {type(text).__name__}"
+            )
+        try:
+            _unbase64(text)
+        except (binascii.Error, ValueError):
+            return ReplayFormatError(f"{where}: '{field}' is not valid base64")
+    return ReplayFormatError(f"{where}: not a valid dump record")
+
+
+def _names(keys: set[str]) -> str:
+    return ", ".join(sorted(keys)) or "none"
+
+
+# --- writing -------------------------------------------------------------------------------------
+
+
+def dump_line(message: Message) -> bytes:
+    """One dump record, without the newline; keys in a fixed order, so equal messages give equal bytes."""
+    if message.topic is None or message.partition is None or message.offset is None:
+        raise ReplayFormatError(
+            f"cannot record {message.origin()} in a topic dump: it needs its topic, partition and offset"
+        )
+    return orjson.dumps(
+        {
+            "topic": message.topic,
+            "partition": message.partition,
+            "offset": message.offset,
+            "timestamp": message.timestamp_ms,
+            "key": _b64(message.key),
+            "value": _b64(message.value),
+            "headers": [[name, _b64(value)] for name, value in message.headers],
+        }
+    )
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+class DumpWriter:
+    """Writes a topic dump; the file appears at ``path`` only when the writer closes without error."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._partial = self.path.with_name(f".{self.path.name}.{os.getpid()}.partial")
+        self._stream: IO[bytes] = open(self._partial, "wb")  # noqa: SIM115 - closed in close()/abort()
+        self._stream.write(DUMP_HEADER)
+        self.records = 0
+
+    def write(self, message: Message) -> None:
+        self._stream.write(dump_line(message) + b"\n")
+        self.records += 1
+
+    def close(self) -> None:
+        self._stream.close()
+        os.replace(self._partial, self.path)
+
+    def abort(self) -> None:
+        self._stream.close()
+        self._partial.unlink(missing_ok=True)
+
+    def __enter__(self) -> DumpWriter:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        if kind is None:
+            self.close()
+        else:
+            self.abort()
+
+
+def write_dump(path: str | Path, messages: Iterable[Message]) -> int:
+    """Write ``messages`` as a topic dump; the number written."""
+    with DumpWriter(path) as writer:
+        for message in messages:
+            writer.write(message)
+        return writer.records
+
+
+@dataclass(frozen=True)
+class RecordSummary:
+    path: str
+    records: int
+    partitions: int
+    topics: tuple[str, ...]
+
+    def __str__(self) -> str:
+        return (
+            f"recorded {self.records} records from {self.partitions} partitions of "
+            f"{', '.join(self.topics) or 'no topic'} to {self.path}"
+        )
+
+
+def record_topic(options: KafkaOptions | Mapping[str, str], output: str | Path) -> RecordSummary:
+    """Dump the partitions of a subscription from startingOffsets (default earliest) up to endingOffsets
+    (default the high watermarks when the recording starts), ordered by topic, partition and offset."""
+    opts = options if isinstance(options, KafkaOptions) else KafkaOptions.parse(options)
+    bounds = kafka_client.offset_bounds(opts, kafka_client.discover_partitions(opts))
+    start = kafka_client.resolve_offsets(opts.offsets_for("starting", "batch"), bounds, which="starting")
+    end = kafka_client.resolve_offsets(opts.offsets_for("ending", "batch"), bounds, which="ending")
+    ranges = kafka_client.batch_ranges(start, end)
+    with DumpWriter(output) as writer:
+        for rng in ranges:
+            for message in kafka_client.read_range(opts, rng, include_headers=True):
+                writer.write(message)
+    return RecordSummary(str(output), writer.records, len(bounds), tuple(sorted({tp.topic for tp in bounds})))

@@ -1,0 +1,5 @@
+"""Registers ``cdc-maxwell`` with Spark, which imports every top-level ``pyspark_*`` module."""
+
+from cdcflow.connectors.sources import MaxwellSource as DefaultSource
+
+__all__ = ["DefaultSource"]

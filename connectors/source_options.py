@@ -1,0 +1,104 @@
+"""The options of the ``cdc-*`` sources and sinks, parsed once on the driver.
+
+Spark hands a data source its options as case-insensitive strings. Each key belongs to exactly one
+owner: the connector (declared here), Kafka (Spark's Kafka-source names and ``kafka.*``), or the
+format (its Flink keys, with or without the format prefix). Anything else is an error that lists
+what is valid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cdcflow.connectors import kafka_client
+from cdcflow.connectors.errors import ConnectorOptionError
+from cdcflow.formats.options import Option, boolean, integer, names, optional_string
+from cdcflow.formats.registry import FormatFactory
+
+CONNECTOR_OPTIONS: tuple[Option[Any], ...] = (
+    Option("path", optional_string, None, "Replay: a file, directory or glob of recorded messages"),
+    Option(
+        "columns",
+        optional_string,
+        None,
+        "The table columns as a DDL string (Flink spellings work: TIMESTAMP(3)); "
+        "the output adds the row kind and metadata columns. Alternative to .schema(...)",
+    ),
+    Option("rowKindColumn", str, "_row_kind", "The column holding +I, -U, +U or -D"),
+    Option(
+        "metadata",
+        names,
+        (),
+        "Metadata columns to add, comma separated: topic, partition, offset, timestamp, key, headers, "
+        "file, line, and the format's own (e.g. source.table)",
+    ),
+    Option("deadLetterPath", optional_string, None, "Directory for rejected records (JSON lines)"),
+    Option("deadLetterTopic", optional_string, None, "Kafka topic for rejected records"),
+    Option("maxOffsetsPerTrigger", integer, 0, "Streaming: at most this many Kafka records per micro-batch"),
+    Option(
+        "maxRecordsPerPartition",
+        integer,
+        200_000,
+        "Split a Kafka partition range (or a replay file, by ~400 bytes a record) into input partitions",
+    ),
+    Option("topic", optional_string, None, "Sink: the Kafka topic to write (also the Avro subject's topic)"),
+    Option("keyColumns", names, (), "Sink: the primary-key columns that form the Kafka key"),
+)
+_BY_KEY = {option.key.lower(): option for option in CONNECTOR_OPTIONS}
+
+KAFKA_SOURCE_KEYS = kafka_client.SOURCE_OPTIONS
+
+
+@dataclass(frozen=True)
+class SplitOptions:
+    """Every option given to a source or sink, by owner."""
+
+    connector: dict[str, Any]
+    kafka: dict[str, str]
+    format: dict[str, str]
+
+    def get(self, key: str) -> Any:
+        return self.connector[key]
+
+
+def split_options(raw: Mapping[str, str], factory: FormatFactory) -> SplitOptions:
+    connector = {option.key: option.default for option in CONNECTOR_OPTIONS}
+    kafka: dict[str, str] = {}
+    format_options: dict[str, str] = {}
+    unknown = []
+    for given_key, text in raw.items():
+        key = given_key.strip()
+        lowered = key.lower()
+        if lowered in _BY_KEY:
+            option = _BY_KEY[lowered]
+            try:
+                connector[option.key] = option.parse(str(text))
+            except ValueError as error:
+                raise ConnectorOptionError(f"option '{option.key}': {error}. {option.description}") from None
+        elif lowered.startswith("kafka.") or lowered in KAFKA_SOURCE_KEYS:
+            kafka[key] = str(text)
+        elif factory.options.owns(key):
+            format_options[key] = str(text)
+        else:
+            unknown.append(key)
+    if unknown:
+        raise ConnectorOptionError(
+            f"Unsupported options for format '{factory.name}': {', '.join(sorted(unknown))}. "
+            f"Connector options: {', '.join(o.key for o in CONNECTOR_OPTIONS)}; Kafka options: kafka.*, "
+            f"subscribe, subscribePattern, assign, startingOffsets, endingOffsets, failOnDataLoss, "
+            "includeHeaders, kafkaConsumer.pollTimeoutMs, groupIdPrefix; "
+            f"format options: {', '.join(factory.options.keys())}"
+        )
+    return SplitOptions(connector, kafka, format_options)
+
+
+def include_headers(kafka: Mapping[str, str]) -> bool:
+    for key, value in kafka.items():
+        if key.lower() == "includeheaders":
+            try:
+                return boolean(value)
+            except ValueError as error:
+                raise ConnectorOptionError(f"option 'includeHeaders': {error}") from None
+    return False

@@ -1,0 +1,37 @@
+"""One SparkSession for the whole test session (local[2]), set up the way the connectors need."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    # The JVM starts the Python that PYSPARK_PYTHON names for its workers: this venv's.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from cdcflow.connectors.session import cdcflow_spark_config
+
+    builder = SparkSession.builder.master("local[2]").appName("cdcflow-tests")
+    for key, value in cdcflow_spark_config().items():
+        builder = builder.config(key, value)
+    session = (
+        builder.config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()

@@ -1,0 +1,488 @@
+"""The Kafka client with Spark's Kafka-source semantics: options, offsets, ranges and reads against a
+real (mock) cluster over TCP."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+import pytest
+from kafka_fixture import KafkaCluster, unique_topic
+
+from cdcflow.connectors import kafka_client as kc
+from cdcflow.connectors.errors import ConnectorOptionError, DataLossError, KafkaConnectorError
+from cdcflow.connectors.kafka_client import KafkaOptions, OffsetRange, TopicPartition
+from cdcflow.formats import Message
+
+BOOTSTRAP = {"kafka.bootstrap.servers": "broker:9092"}
+A0, A1, B0 = TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)
+
+
+def parse(**options: str) -> KafkaOptions:
+    return KafkaOptions.parse({**BOOTSTRAP, **{k.replace("_", "."): v for k, v in options.items()}})
+
+
+# --- options -------------------------------------------------------------------------------------
+
+BAD_OPTIONS = [
+    ({"subscribe": "a"}, "option 'kafka.bootstrap.servers' must be specified"),
+    ({**BOOTSTRAP}, "exactly one of the options subscribe, subscribePattern, assign must be given (none is)"),
+    ({**BOOTSTRAP, "subscribe": "a", "assign": '{"a":[0]}'}, "(subscribe, assign are)"),
+    ({**BOOTSTRAP, "subscribe": " , "}, "option 'subscribe' names no topic"),
+    ({**BOOTSTRAP, "subscribepattern": "a("}, "option 'subscribePattern': 'a(' is not a regex"),
+    (
+        {**BOOTSTRAP, "assign": "a:0"},
+        """option 'assign': expected JSON like {"topicA":[0,1],"topicB":[2,4]}""",
+    ),
+    ({**BOOTSTRAP, "assign": '{"a": 0}'}, "topic 'a' must map to a list of partition numbers"),
+    ({**BOOTSTRAP, "assign": '{"a": [-1]}'}, "topic 'a' must map to a list of partition numbers"),
+    (
+        {**BOOTSTRAP, "subscribe": "a", "startingoffsets": "first"},
+        "option 'startingOffsets': 'first' is not earliest, latest or JSON offsets; write e.g. "
+        """startingOffsets={"topicA":{"0":23,"1":-1},"topicB":{"0":-2}} (-2 is earliest, -1 latest)""",
+    ),
+    (
+        {**BOOTSTRAP, "subscribe": "a", "endingoffsets": '{"a": {"x": 1}}'},
+        "(topic 'a': partition 'x' is not a partition number)",
+    ),
+    (
+        {**BOOTSTRAP, "subscribe": "a", "startingoffsets": '{"a": {"0": -3}}'},
+        "offset -3 must be an offset >= 0",
+    ),
+    (
+        {**BOOTSTRAP, "subscribe": "a", "startingoffsets": '{"a": [0]}'},
+        "topic 'a' must map partition numbers",
+    ),
+    (
+        {**BOOTSTRAP, "subscribe": "a", "failondataloss": "ture"},
+        "option 'failOnDataLoss': 'ture' is not a boolean",
+    ),
+    (
+        {**BOOTSTRAP, "subscribe": "a", "includeheaders": "yes"},
+        "option 'includeHeaders': 'yes' is not a boolean",
+    ),
+    (
+        {**BOOTSTRAP, "subscribe": "a", "kafkaconsumer.polltimeoutms": "0"},
+        "option 'kafkaConsumer.pollTimeoutMs': '0' must be a positive integer",
+    ),
+    (
+        {**BOOTSTRAP, "subscribe": "a", "kafka.auto.offset.reset": "earliest"},
+        "Kafka option 'kafka.auto.offset.reset' is not supported: set the source option startingOffsets",
+    ),
+    (
+        {**BOOTSTRAP, "subscribe": "a", "kafka.enable.auto.commit": "true"},
+        "Kafka option 'kafka.enable.auto.commit' is not supported",
+    ),
+    (
+        {**BOOTSTRAP, "subscribe": "a", "startingoffsetsbytimestamp": "{}"},
+        "'startingOffsetsByTimestamp' is not supported by the cdcflow Kafka source",
+    ),
+]
+
+
+@pytest.mark.parametrize(("options", "message"), BAD_OPTIONS, ids=[m[:40] for _, m in BAD_OPTIONS])
+def test_bad_options_are_rejected_naming_the_option(options: dict[str, str], message: str) -> None:
+    with pytest.raises(ConnectorOptionError) as error:
+        KafkaOptions.parse(options)
+    assert message in str(error.value)
+
+
+def test_options_as_spark_passes_them() -> None:
+    options = KafkaOptions.parse(
+        {
+            "kafka.bootstrap.servers": "h1:9092,h2:9092",
+            "kafka.client.id": "me",
+            "subscribe": "a, b,a",
+            "startingoffsets": '{"a": {"0": 5, "1": -2}}',
+            "failondataloss": "FALSE",
+            "includeheaders": "true",
+            "groupidprefix": "mine",
+            "debezium-json.schema-include": "true",
+        }
+    )
+    assert options.client.bootstrap_servers == "h1:9092,h2:9092"
+    assert options.client.as_dict() == {"bootstrap.servers": "h1:9092,h2:9092", "client.id": "me"}
+    assert options.subscription.topics == ("a", "b")
+    assert options.starting_offsets is not None and options.starting_offsets.offsets == {A0: 5, A1: -2}
+    assert options.ending_offsets is None
+    assert (options.fail_on_data_loss, options.include_headers, options.group_id_prefix) == (
+        False,
+        True,
+        "mine",
+    )
+
+
+def test_assign_and_pattern_subscriptions() -> None:
+    assert parse(assign='{"b": [0], "a": [1, 0]}').subscription.partitions == (A0, A1, B0)
+    pattern = parse(subscribePattern="cdc\\..*").subscription
+    assert (pattern.kind, pattern.text) == ("subscribePattern", "cdc\\..*")
+
+
+def test_secrets_stay_out_of_repr_and_errors() -> None:
+    secret = "hunter2"  # noqa: S105 - a made-up password
+    options = parse(subscribe="a", kafka_sasl_password=secret, kafka_no_such_setting="x")
+    assert secret not in repr(options)
+    assert "sasl.password=***" in repr(options)
+    with pytest.raises(ConnectorOptionError) as error:
+        kc.offset_bounds(options, [])  # building the client checks the settings
+    assert 'No such configuration property: "no.such.setting"' in str(error.value)
+    assert secret not in str(error.value)
+
+
+DEFAULTS_AND_CHECKS = [
+    ({}, "starting", "batch", "earliest"),
+    ({}, "ending", "batch", "latest"),
+    ({}, "starting", "streaming", "latest"),
+    ({"startingOffsets": "earliest"}, "starting", "streaming", "earliest"),
+    ({"startingOffsets": "latest"}, "starting", "batch", "can't be latest (-1) for batch queries"),
+    ({"startingOffsets": '{"a": {"0": -1}}'}, "starting", "batch", "can't be latest (-1) for batch queries"),
+    ({"endingOffsets": "earliest"}, "ending", "batch", "can't be earliest (-2) for batch queries"),
+    ({"endingOffsets": '{"a": {"0": -2}}'}, "ending", "batch", "can't be earliest (-2) for batch queries"),
+    ({"endingOffsets": "latest"}, "ending", "streaming", "'endingOffsets' is not valid in streaming queries"),
+]
+
+
+@pytest.mark.parametrize(("given", "which", "mode", "expected"), DEFAULTS_AND_CHECKS)
+def test_offsets_defaults_and_checks_per_query_kind(
+    given: dict[str, str], which: str, mode: str, expected: str
+) -> None:
+    options = KafkaOptions.parse({**BOOTSTRAP, "subscribe": "a", **given})
+    if expected in ("earliest", "latest"):
+        assert options.offsets_for(which, mode).kind == expected  # type: ignore[arg-type]
+        return
+    with pytest.raises(ConnectorOptionError) as error:
+        options.offsets_for(which, mode)  # type: ignore[arg-type]
+    assert expected in str(error.value)
+
+
+# --- offsets and ranges, no Kafka ----------------------------------------------------------------
+
+
+def test_offsets_json_round_trip_is_spark_shaped() -> None:
+    offsets = {A1: 7, B0: 3, A0: 12}
+    assert kc.offsets_to_json(offsets) == {"a": {"0": 12, "1": 7}, "b": {"0": 3}}
+    assert kc.offsets_from_json(kc.offsets_to_json(offsets)) == offsets
+
+
+BOUNDS = {A0: (2, 10), A1: (0, 5)}
+
+
+def test_resolve_offsets_earliest_latest_and_specific() -> None:
+    earliest, latest = kc.OffsetSpec("earliest"), kc.OffsetSpec("latest")
+    assert kc.resolve_offsets(earliest, BOUNDS, which="starting") == {A0: 2, A1: 0}
+    assert kc.resolve_offsets(latest, BOUNDS, which="ending") == {A0: 10, A1: 5}
+    specific = parse(subscribe="a", startingOffsets='{"a": {"0": -2, "1": 3}}').starting_offsets
+    assert specific is not None
+    assert kc.resolve_offsets(specific, BOUNDS, which="starting") == {A0: 2, A1: 3}
+    ending = parse(subscribe="a", endingOffsets='{"a": {"0": -1, "1": 4}}').ending_offsets
+    assert ending is not None
+    assert kc.resolve_offsets(ending, BOUNDS, which="ending") == {A0: 10, A1: 4}
+
+
+def test_specific_offsets_must_name_every_partition_read() -> None:
+    spec = parse(subscribe="a", startingOffsets='{"a": {"0": 1}, "b": {"0": 1}}').starting_offsets
+    assert spec is not None
+    with pytest.raises(ConnectorOptionError) as error:
+        kc.resolve_offsets(spec, BOUNDS, which="starting")
+    assert str(error.value) == (
+        "option 'startingOffsets' must give an offset for every partition read (-2 earliest, -1 latest); "
+        "missing: a-1; not read: b-0"
+    )
+
+
+def test_batch_ranges_reject_a_start_after_the_end() -> None:
+    assert kc.batch_ranges({A0: 2, A1: 5}, {A0: 10, A1: 5}) == [
+        OffsetRange("a", 0, 2, 10),
+        OffsetRange("a", 1, 5, 5),
+    ]
+    with pytest.raises(
+        KafkaConnectorError, match="topic 'a' partition 0: starting offset 11 is after the ending"
+    ):
+        kc.batch_ranges({A0: 11}, {A0: 10})
+
+
+def test_stream_ranges_new_partitions_start_at_their_low_watermark() -> None:
+    ranges = kc.stream_ranges({A0: 3}, {A0: 9, A1: 4}, new_partition_start={A1: 0}, fail_on_data_loss=True)
+    assert ranges == [OffsetRange("a", 0, 3, 9), OffsetRange("a", 1, 0, 4)]
+
+
+STREAM_LOSSES = [
+    ({A0: 3}, {A0: 9, A1: 4}, {A1: 2}, "added partition a-1 starts from offset 2 instead of 0"),
+    ({A0: 3}, {A0: 9, A1: 4}, {}, "cannot find the earliest offset of new partition a-1"),
+    ({A0: 3, A1: 1}, {A0: 9}, {}, "partitions a-1 are gone"),
+    ({A0: 9}, {A0: 3}, {}, "partition a-0's offset was changed from 9 to 3"),
+]
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "new", "problem"), STREAM_LOSSES, ids=[p for *_, p in STREAM_LOSSES]
+)
+def test_stream_ranges_report_data_loss_as_spark_does(
+    start: kc.Offsets, end: kc.Offsets, new: kc.Offsets, problem: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with pytest.raises(DataLossError) as error:
+        kc.stream_ranges(start, end, new_partition_start=new, fail_on_data_loss=True)
+    assert str(error.value).startswith(problem + ". Some data may have been lost")
+    assert "set the source option failOnDataLoss=false" in str(error.value)
+    with caplog.at_level(logging.WARNING):
+        kc.stream_ranges(start, end, new_partition_start=new, fail_on_data_loss=False)
+    assert problem in caplog.text
+
+
+def test_rate_limit_shares_the_limit_in_proportion_and_never_starves() -> None:
+    start = {A0: 0, A1: 100, B0: 0}
+    latest = {A0: 1000, A1: 101, B0: 0}
+    # a-0 holds 1000 of 1001 records: 99 of 100; a-1's share (0.0999) rounds up to one record.
+    assert kc.rate_limit(100, start, latest) == {A0: 99, A1: 101, B0: 0}
+    assert kc.limit_offsets({"a": {"0": 0}}, {"a": {"0": 50, "1": 50}}, 10) == {"a": {"0": 5, "1": 5}}
+
+
+SPLITS = [
+    # Spark's KafkaOffsetRangeCalculatorSuite cases, then maxRecordsPerPartition.
+    ([OffsetRange("a", 0, 1, 2), OffsetRange("a", 1, 1, 2)], None, 3, None),
+    ([OffsetRange("a", 0, 1, 5)], None, 4, [(1, 2), (2, 3), (3, 4), (4, 5)]),
+    ([OffsetRange("a", 0, 1, 5), OffsetRange("a", 1, 1, 21)], None, 3, [(1, 5), (1, 11), (11, 21)]),
+    ([OffsetRange("a", 0, 1, 1), OffsetRange("a", 1, 1, 3)], None, None, [(1, 3)]),
+    ([OffsetRange("a", 0, 0, 10)], 4, None, [(0, 3), (3, 6), (6, 10)]),
+    (
+        [OffsetRange("a", 0, 0, 10), OffsetRange("a", 1, 0, 2)],
+        5,
+        4,
+        [(0, 2), (2, 5), (5, 7), (7, 10), (0, 2)],
+    ),
+]
+
+
+@pytest.mark.parametrize(("ranges", "max_records", "min_partitions", "expected"), SPLITS)
+def test_split_ranges_like_spark(
+    ranges: list[OffsetRange],
+    max_records: int | None,
+    min_partitions: int | None,
+    expected: list[tuple[int, int]] | None,
+) -> None:
+    pieces = kc.split_ranges(ranges, max_records, min_partitions=min_partitions)
+    assert [(p.start, p.end) for p in pieces] == (
+        [(r.start, r.end) for r in ranges] if expected is None else expected
+    )
+
+
+# --- against a cluster ---------------------------------------------------------------------------
+
+
+def keyed_messages(count: int, partitions: int) -> list[Message]:
+    """Records with binary keys and headers, every fourth one a tombstone, round-robin over partitions."""
+    return [
+        Message(
+            None if i % 4 == 3 else f'{{"n": {i}}}'.encode(),
+            bytes([0, i, 255]),
+            partition=i % partitions,
+            timestamp_ms=1_700_000_000_000 + i,
+            headers=(("trace", f"t{i}".encode()), ("empty", None)),
+        )
+        for i in range(count)
+    ]
+
+
+@pytest.fixture(scope="module")
+def filled_topic(kafka_cluster: KafkaCluster) -> tuple[str, list[Message]]:
+    topic = unique_topic("client")
+    kafka_cluster.create_topic(topic, 3)
+    messages = keyed_messages(30, 3)
+    assert kc.produce_messages(kafka_cluster.bootstrap_servers, messages, topic) == 30
+    return topic, messages
+
+
+def options_for(cluster: KafkaCluster, **extra: str) -> KafkaOptions:
+    return KafkaOptions.parse(
+        {
+            "kafka.bootstrap.servers": cluster.bootstrap_servers,
+            "kafkaconsumer.polltimeoutms": "20000",
+            **extra,
+        }
+    )
+
+
+def in_partition(messages: list[Message], topic: str, partition: int) -> list[Message]:
+    """The messages as Kafka hands them back from one partition: with their topic and offsets."""
+    mine = [m for m in messages if m.partition == partition]
+    return [replace(m, topic=topic, offset=offset) for offset, m in enumerate(mine)]
+
+
+@pytest.mark.integration
+def test_discover_bounds_and_batch_offsets(
+    kafka_cluster: KafkaCluster, filled_topic: tuple[str, list[Message]]
+) -> None:
+    topic, _ = filled_topic
+    options = options_for(kafka_cluster, subscribe=topic)
+    partitions = kc.discover_partitions(options)
+    assert partitions == [TopicPartition(topic, p) for p in range(3)]
+    assert kc.offset_bounds(options, partitions) == dict.fromkeys(partitions, (0, 10))
+    assert kc.batch_offsets(options, "starting") == dict.fromkeys(partitions, 0)
+    assert kc.batch_offsets(options, "ending") == dict.fromkeys(partitions, 10)
+    assert kc.latest_offsets(options) == dict.fromkeys(partitions, 10)
+    assert kc.stream_starting_offsets(options) == dict.fromkeys(partitions, 10)
+    json_start = options_for(
+        kafka_cluster, subscribe=topic, startingOffsets=f'{{"{topic}": {{"0": 4, "1": -2, "2": -1}}}}'
+    )
+    assert kc.stream_starting_offsets(json_start) == {partitions[0]: 4, partitions[1]: 0, partitions[2]: 10}
+
+
+@pytest.mark.integration
+def test_read_range_gives_every_record_exactly_in_offset_order(
+    kafka_cluster: KafkaCluster, filled_topic: tuple[str, list[Message]]
+) -> None:
+    topic, messages = filled_topic
+    options = options_for(kafka_cluster, subscribe=topic, includeHeaders="true")
+    for partition in range(3):
+        got = list(kc.read_range(options, OffsetRange(topic, partition, 0, 10)))
+        assert got == in_partition(messages, topic, partition)
+    middle = list(kc.read_range(options, OffsetRange(topic, 1, 3, 7)))
+    assert middle == in_partition(messages, topic, 1)[3:7]
+    assert list(kc.read_range(options, OffsetRange(topic, 1, 7, 7))) == []
+
+
+@pytest.mark.integration
+def test_headers_only_with_include_headers(
+    kafka_cluster: KafkaCluster, filled_topic: tuple[str, list[Message]]
+) -> None:
+    topic, messages = filled_topic
+    got = list(kc.read_range(options_for(kafka_cluster, subscribe=topic), OffsetRange(topic, 0, 0, 2)))
+    assert [m.headers for m in got] == [(), ()]
+    assert [m.value for m in got] == [m.value for m in in_partition(messages, topic, 0)[:2]]
+
+
+@pytest.mark.integration
+def test_split_pieces_read_back_to_the_whole_partition(
+    kafka_cluster: KafkaCluster, filled_topic: tuple[str, list[Message]]
+) -> None:
+    topic, messages = filled_topic
+    options = options_for(kafka_cluster, subscribe=topic, includeHeaders="true")
+    ranges = kc.batch_ranges(kc.batch_offsets(options, "starting"), kc.batch_offsets(options, "ending"))
+    pieces = kc.split_ranges(ranges, 3)
+    assert len(pieces) == 12
+    got = [m for piece in pieces for m in kc.read_range(options, piece)]
+    assert got == [m for p in range(3) for m in in_partition(messages, topic, p)]
+
+
+@pytest.mark.integration
+def test_pattern_and_assign_subscriptions(kafka_cluster: KafkaCluster) -> None:
+    prefix = unique_topic("pattern")
+    for suffix, partitions in (("x", 2), ("y", 1)):
+        kafka_cluster.create_topic(f"{prefix}.{suffix}", partitions)
+    kafka_cluster.create_topic(f"{prefix}.x.not", 1)
+    options = options_for(kafka_cluster, subscribePattern=f"{prefix}\\.[xy]")
+    assert kc.discover_partitions(options) == [
+        TopicPartition(f"{prefix}.x", 0),
+        TopicPartition(f"{prefix}.x", 1),
+        TopicPartition(f"{prefix}.y", 0),
+    ]
+    assigned = options_for(kafka_cluster, assign=f'{{"{prefix}.x": [1]}}')
+    assert kc.discover_partitions(assigned) == [TopicPartition(f"{prefix}.x", 1)]
+    assert kc.offset_bounds(assigned, kc.discover_partitions(assigned)) == {
+        TopicPartition(f"{prefix}.x", 1): (0, 0)
+    }
+
+
+@pytest.mark.integration
+def test_missing_topics_and_partitions_are_named(kafka_cluster: KafkaCluster) -> None:
+    missing = unique_topic("missing")
+    with pytest.raises(KafkaConnectorError, match=f"topic\\(s\\) {missing} do not exist on"):
+        kc.discover_partitions(options_for(kafka_cluster, subscribe=missing))
+    with pytest.raises(
+        KafkaConnectorError, match=f"could not get the offsets of topic '{missing}' partition 0"
+    ):
+        kc.offset_bounds(
+            options_for(kafka_cluster, assign=f'{{"{missing}": [0]}}'), [TopicPartition(missing, 0)]
+        )
+
+
+@pytest.mark.integration
+def test_sample_messages_reads_from_the_start(
+    kafka_cluster: KafkaCluster, filled_topic: tuple[str, list[Message]]
+) -> None:
+    topic, messages = filled_topic
+    sample = list(kc.sample_messages(options_for(kafka_cluster, subscribe=topic), 12))
+    assert [(m.partition, m.offset) for m in sample] == [(0, o) for o in range(10)] + [(1, 0), (1, 1)]
+
+
+@pytest.mark.integration
+def test_records_deleted_below_the_range_are_data_loss(
+    kafka_cluster: KafkaCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    topic = unique_topic("retention")
+    kafka_cluster.create_topic(topic, 1)
+    messages = [Message(f"v{i}".encode(), partition=0) for i in range(10)]
+    kc.produce_messages(kafka_cluster.bootstrap_servers, messages, topic)
+    kafka_cluster.delete_records(topic, 0, 4)
+    options = options_for(kafka_cluster, subscribe=topic)
+    assert kc.offset_bounds(options, [TopicPartition(topic, 0)]) == {TopicPartition(topic, 0): (4, 10)}
+    with pytest.raises(DataLossError) as error:
+        list(kc.read_range(options, OffsetRange(topic, 0, 1, 10)))
+    assert str(error.value).startswith(
+        f"topic '{topic}' partition 0: cannot read offsets [1, 4), below the earliest available offset. "
+    )
+    assert "set the source option failOnDataLoss=false" in str(error.value)
+    lenient = options_for(kafka_cluster, subscribe=topic, failOnDataLoss="false")
+    with caplog.at_level(logging.WARNING):
+        got = list(kc.read_range(lenient, OffsetRange(topic, 0, 1, 10)))
+    assert [m.offset for m in got] == list(range(4, 10))
+    assert f"topic '{topic}' partition 0: cannot read offsets [1, 4)" in caplog.text
+    assert list(kc.read_range(lenient, OffsetRange(topic, 0, 0, 3))) == []
+
+
+@pytest.mark.integration
+def test_a_range_past_the_end_of_the_partition_is_data_loss(
+    kafka_cluster: KafkaCluster, filled_topic: tuple[str, list[Message]]
+) -> None:
+    topic, messages = filled_topic
+    options = options_for(kafka_cluster, subscribe=topic)
+    with pytest.raises(
+        DataLossError, match=f"topic '{topic}' partition 2: cannot read offsets \\[10, 15\\), beyond"
+    ):
+        list(kc.read_range(options, OffsetRange(topic, 2, 8, 15)))
+    lenient = options_for(kafka_cluster, subscribe=topic, failOnDataLoss="false")
+    assert [m.offset for m in kc.read_range(lenient, OffsetRange(topic, 2, 8, 15))] == [8, 9]
+    assert list(kc.read_range(lenient, OffsetRange(topic, 2, 12, 15))) == []
+
+
+def test_unreachable_brokers_fail_naming_the_bootstrap_servers() -> None:
+    options = KafkaOptions.parse(
+        {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "a", "kafkaconsumer.polltimeoutms": "1000"}
+    )
+    with pytest.raises(KafkaConnectorError) as listing:
+        kc.discover_partitions(options)
+    assert str(listing.value).startswith(
+        "could not list the topics of Kafka at bootstrap servers 127.0.0.1:1"
+    )
+    with pytest.raises(KafkaConnectorError) as reading:
+        list(kc.read_range(options, OffsetRange("a", 0, 0, 5)))
+    assert str(reading.value).startswith(
+        "topic 'a' partition 0 at offset 0 (reading [0, 5) from 127.0.0.1:1): no records within 1s; "
+        "last error:"
+    )
+    assert "Connection refused" in str(reading.value)
+
+
+@pytest.mark.integration
+def test_producer_sink_writes_keys_values_headers_and_partitions(kafka_cluster: KafkaCluster) -> None:
+    topic = unique_topic("sink")
+    kafka_cluster.create_topic(topic, 2)
+    config = kc.producer_config({"kafka.bootstrap.servers": kafka_cluster.bootstrap_servers, "topic": topic})
+    with kc.KafkaProducerSink(config, topic) as sink:
+        sink.produce(b"k1", b"v1", [("h", b"1")], partition=1)
+        sink.produce(b"k2", None, partition=1)
+        assert sink.flush() == 2
+    options = options_for(kafka_cluster, subscribe=topic, includeHeaders="true")
+    got = list(kc.read_range(options, OffsetRange(topic, 1, 0, 2)))
+    assert [(m.key, m.value, m.headers) for m in got] == [(b"k1", b"v1", (("h", b"1"),)), (b"k2", None, ())]
+
+
+def test_producer_sink_flush_reports_failed_deliveries() -> None:
+    config = kc.ClientConfig.of("127.0.0.1:1", message_timeout_ms="500")
+    sink = kc.KafkaProducerSink(config, "events")
+    sink.produce(b"k", b"v")
+    with pytest.raises(KafkaConnectorError) as error:
+        sink.flush()
+    assert str(error.value).startswith(
+        "1 record(s) could not be written to Kafka at 127.0.0.1:1: topic 'events': Local: Message timed out"
+    )
