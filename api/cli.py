@@ -20,6 +20,7 @@ from cdcflow.formats import DecodeOutput, Decoder, Message, TypeKind, parse_ddl,
 from cdcflow.formats.jsonenc import float32_repr
 
 EXAMPLE = "flat-changes.jsonl"
+DUMP_EXAMPLE = "postgres-debezium.dump.jsonl"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -100,6 +101,26 @@ def _parser() -> argparse.ArgumentParser:
     )
     record.add_argument("--output", required=True, metavar="FILE", help="the dump file to write")
     record.set_defaults(command=_record)
+    stream = commands.add_parser(
+        "stream",
+        help="the main job: a changelog stream through Spark, printed",
+        description="Read a changelog with a cdc-* Spark source, from Kafka or from recorded files, and "
+        "print it until the input available at the start is read. Without input it replays the bundled "
+        f"recording of real Debezium events from PostgreSQL ({DUMP_EXAMPLE}).",
+    )
+    stream.add_argument("path", nargs="?", help="recorded files: a topic dump or one envelope per line")
+    stream.add_argument("--source", default="cdc-debezium", help="cdc-debezium (default), cdc-canal, ...")
+    stream.add_argument("--bootstrap-servers", metavar="HOST:PORT[,HOST:PORT]", help="read Kafka instead")
+    stream.add_argument("--topic", action="append", default=[], metavar="TOPIC", help="a topic; repeatable")
+    stream.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a source option: columns='id INT NOT NULL, ...', schema-include=true, startingOffsets=...",
+    )
+    stream.add_argument("--checkpoint", help="checkpoint directory (default: a temporary one)")
+    stream.set_defaults(command=_stream)
     return parser
 
 
@@ -174,6 +195,40 @@ def _record(args: argparse.Namespace) -> int:
     summary = record_topic(options, args.output)
     print(f"cdcflow: {summary}", file=sys.stderr)
     return 0
+
+
+def _stream(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from cdcflow.connectors.job import local_session, stream_changelog
+
+    options = dict(_key_values(args.option))
+    if args.bootstrap_servers:
+        options["kafka.bootstrap.servers"] = args.bootstrap_servers
+        options.setdefault("subscribe", ",".join(args.topic))
+        options.setdefault("startingOffsets", "earliest")
+    elif args.path:
+        options["path"] = args.path
+    else:
+        example = resources.files("cdcflow.examples").joinpath(DUMP_EXAMPLE)
+        options["path"] = str(example)
+        options.setdefault("schema-include", "true")
+    with tempfile.TemporaryDirectory(prefix="cdcflow-checkpoint-") as scratch:
+        spark = local_session()
+        try:
+            batches = stream_changelog(spark, args.source, options, args.checkpoint or scratch)
+        finally:
+            spark.stop()
+    print(f"cdcflow: {batches} micro-batch(es) read by {args.source}", file=sys.stderr)
+    return 0
+
+
+def _key_values(entries: list[str]) -> Iterator[tuple[str, str]]:
+    for entry in entries:
+        key, sep, value = entry.partition("=")
+        if not sep:
+            raise CdcflowError(f"--option '{entry}' must look like KEY=VALUE, e.g. schema-include=true")
+        yield key.strip(), value
 
 
 def _write_changes(changes: list[Change], decoder: Decoder, *, as_json: bool) -> None:

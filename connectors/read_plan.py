@@ -27,6 +27,7 @@ INFERENCE_SAMPLE = 100
 
 @dataclass(frozen=True)
 class ReplayInput:
+    path: str
     files: tuple[str, ...]
 
 
@@ -115,7 +116,7 @@ def _metadata(options: SplitOptions, factory: FormatFactory) -> tuple[tuple[str,
         else:
             raise ConnectorOptionError(
                 f"unknown metadata column '{key}'; available: {', '.join(CONNECTOR_METADATA)}"
-                + (f", and format '{factory.name}''s {', '.join(sorted(own))}" if own else "")
+                + (f"; format '{factory.name}' adds {', '.join(sorted(own))}" if own else "")
             )
     return tuple(connector), tuple(format_keys)
 
@@ -129,8 +130,7 @@ def _input(options: SplitOptions) -> ReplayInput | KafkaInput:
             f"Kafka options given: {', '.join(sorted(options.kafka))}"
         )
     if path is not None:
-        files = tuple(replay.list_files(path))
-        return ReplayInput(files)
+        return ReplayInput(path, tuple(replay.list_files(path)))
     if not has_kafka:
         raise ConnectorOptionError(
             "no input: set 'kafka.bootstrap.servers' and one of subscribe / subscribePattern / assign to "

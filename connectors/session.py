@@ -12,11 +12,13 @@ if TYPE_CHECKING:
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 PROVIDER_KEY = "spark.sql.streaming.stateStore.providerClass"
+TIME_TYPE_KEY = "spark.sql.timeType.enabled"
 
 
 def cdcflow_spark_config() -> dict[str, str]:
-    """Settings to put on the session builder: stateful operators need the RocksDB state store."""
-    return {PROVIDER_KEY: ROCKSDB_PROVIDER}
+    """Settings to put on the session builder: stateful operators need the RocksDB state store, and
+    Debezium's TIME columns Spark's TIME type (off by default in Spark 4.x)."""
+    return {PROVIDER_KEY: ROCKSDB_PROVIDER, TIME_TYPE_KEY: "true"}
 
 
 def require_stateful_setup(spark: SparkSession) -> None:

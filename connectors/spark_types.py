@@ -16,6 +16,7 @@ from pyspark.sql import types as st
 from pyspark.sql.pandas.types import to_arrow_schema
 
 from cdcflow.core.model import Change
+from cdcflow.core.rowkind import RowKind
 from cdcflow.formats.types import DataType, Field, Schema, TypeKind, parse_ddl
 
 ARROW_TIMEZONE = "UTC"
@@ -130,3 +131,29 @@ class ChangeBatchBuilder:
 
 def with_field(schema: Schema, field: Field) -> Schema:
     return Schema((*schema.fields, field))
+
+
+def _from_arrow(value: Any, data_type: DataType) -> Any:
+    if value is None:
+        return None
+    kind = data_type.kind
+    if kind is TypeKind.DECIMAL and data_type.scale is None:
+        return Decimal(value)
+    if kind is TypeKind.MAP:
+        assert data_type.key is not None and data_type.value is not None  # noqa: S101
+        return {_from_arrow(k, data_type.key): _from_arrow(v, data_type.value) for k, v in value}
+    if kind is TypeKind.ARRAY:
+        assert data_type.element is not None  # noqa: S101
+        return [_from_arrow(item, data_type.element) for item in value]
+    if kind is TypeKind.STRUCT:
+        return {f.name: _from_arrow(value.get(f.name), f.type) for f in data_type.fields}
+    return value
+
+
+def changes_from_arrow(table: pa.Table, columns: Schema, row_kind_column: str) -> list[Change]:
+    """Spark's output (``DataFrame.toArrow()``) as changes of ``columns``, in row order."""
+    kinds = {kind.value: kind for kind in RowKind}
+    return [
+        Change(kinds[row[row_kind_column]], {f.name: _from_arrow(row.get(f.name), f.type) for f in columns})
+        for row in table.to_pylist()
+    ]

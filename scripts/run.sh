@@ -3,5 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
-if [ $# -eq 0 ]; then set -- inspect; fi
+if [ $# -eq 0 ]; then set -- stream; fi
 exec .venv/bin/python -m cdcflow "$@"
