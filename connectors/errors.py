@@ -27,3 +27,7 @@ class ReplayFormatError(ConnectorError, ValueError):
 
 class SparkSetupError(ConnectorError, RuntimeError):
     """Spark is not set up the way a connector needs (state store provider, Python, packages)."""
+
+
+class ConnectorNotSupportedError(ConnectorError, NotImplementedError):
+    """A parameter combination the Spark side does not run yet; the message names what does."""
