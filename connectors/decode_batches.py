@@ -51,11 +51,10 @@ class BatchDecoder:
 
     def _decode_block(self, block: Sequence[Message]) -> pa.RecordBatch | None:
         if self._columnar is not None:
-            values = [message.value for message in block]
-            if all(value is not None for value in values):
-                result = self._columnar.decode(values)
-                if result is not None:
-                    return self._arrange(result.rows, result.message_index, block)
+            # Keys, because a decoder that fills unchanged values keeps its state per Kafka key.
+            result = self._columnar.decode([m.value for m in block], [m.key for m in block])
+            if result is not None:
+                return self._arrange(result.rows, result.message_index, block)
         out = DecodeOutput()
         origins: list[int] = []
         for index, message in enumerate(block):

@@ -124,12 +124,19 @@ def _metadata(options: SplitOptions, factory: FormatFactory) -> tuple[tuple[str,
 def _input(options: SplitOptions) -> ReplayInput | KafkaInput:
     path = options.get("path")
     has_kafka = any(key.lower() != "includeheaders" for key in options.kafka)
-    if path is not None and has_kafka:
-        raise ConnectorOptionError(
-            "both 'path' (replay recorded files) and Kafka options are set: use one input, "
-            f"Kafka options given: {', '.join(sorted(options.kafka))}"
-        )
     if path is not None:
+        # A replay may send its rejected records to a Kafka topic: the kafka.* settings are for that.
+        client_only = options.get("deadLetterTopic") is not None
+        inputs = [
+            key
+            for key in options.kafka
+            if key.lower() != "includeheaders" and not (client_only and key.lower().startswith("kafka."))
+        ]
+        if inputs:
+            raise ConnectorOptionError(
+                "both 'path' (replay recorded files) and Kafka options are set: use one input, "
+                f"Kafka options given: {', '.join(sorted(inputs))}"
+            )
         return ReplayInput(path, tuple(replay.list_files(path)))
     if not has_kafka:
         raise ConnectorOptionError(

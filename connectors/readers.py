@@ -51,7 +51,8 @@ def _messages(plan: ReadPlan, split: FileRange | kafka_client.OffsetRange) -> It
         plan.input.options,
         split,
         fail_on_data_loss=plan.input.options.fail_on_data_loss,
-        include_headers=plan.include_headers,
+        # A dead letter keeps the record's headers, whether or not the output shows them.
+        include_headers=plan.include_headers or plan.dead_letters is not None,
     )
 
 
@@ -93,9 +94,11 @@ def _kafka_partitions(plan: ReadPlan, start: Offsets, end: Offsets) -> list[CdcI
     ]
 
 
-def _file_sizes(plan: ReadPlan) -> Offsets:
+def _file_sizes(plan: ReadPlan, *, list_again: bool = False) -> Offsets:
+    """Bytes per file: the planned files, or (streams) the files the path names now."""
     assert isinstance(plan.input, ReplayInput)  # noqa: S101
-    return {"files": {path: replay.file_size(path) for path in plan.input.files}}
+    files = replay.list_files(plan.input.path) if list_again else plan.input.files
+    return {"files": {path: replay.file_size(path) for path in files}}
 
 
 class CdcBatchReader(DataSourceReader):
@@ -150,7 +153,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _latest(self) -> Offsets:
         if isinstance(self.plan.input, ReplayInput):
-            return _file_sizes(self.plan)
+            return _file_sizes(self.plan, list_again=True)
         return kafka_client.offsets_to_json(kafka_client.latest_offsets(self.plan.input.options))
 
     def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:

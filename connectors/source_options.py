@@ -49,6 +49,8 @@ CONNECTOR_OPTIONS: tuple[Option[Any], ...] = (
 _BY_KEY = {option.key.lower(): option for option in CONNECTOR_OPTIONS}
 
 KAFKA_SOURCE_KEYS = kafka_client.SOURCE_OPTIONS
+SPARK_KEYS = frozenset({"checkpointlocation"})
+"""Options Spark itself reads and also hands to the source or sink: accepted and left alone."""
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,8 @@ def split_options(raw: Mapping[str, str], factory: FormatFactory) -> SplitOption
                 connector[option.key] = option.parse(str(text))
             except ValueError as error:
                 raise ConnectorOptionError(f"option '{option.key}': {error}. {option.description}") from None
+        elif lowered in SPARK_KEYS:
+            continue
         elif lowered.startswith("kafka.") or lowered in KAFKA_SOURCE_KEYS:
             kafka[key] = str(text)
         elif factory.options.owns(key):

@@ -1,0 +1,260 @@
+"""Reading Debezium JSON from Kafka: ``spark.read.format("cdc-debezium")`` against a bare consumer.
+
+Produces ``--records`` Debezium update envelopes of a products table (~480 bytes each, keyed by id)
+over ``--partitions`` partitions of a fresh topic, then times, in the same run:
+
+- ``consumer``: one confluent-kafka consumer assigned every partition, reading every record;
+- ``consumer+orjson``: the same, with ``orjson.loads`` of every value (the least any decoder does);
+- ``cdc``: ``spark.read.format("cdc-debezium")`` over the topic into a ``noop`` sink on ``local[2]``
+  (one Spark task per partition; the first read, which starts Spark's Python workers, is not timed);
+  by default (``unavailable-values=fill``) keyed records go through the per-record decoder, which
+  keeps each key's last image; ``cdc report`` sets ``unavailable-values=report``, which lets the
+  columnar decoder take them.
+
+Rates are Kafka records per second (the cdc source emits two changelog rows, -U and +U, per update);
+the ratios against the bare consumer (and the consumer that also parses each value with orjson, on
+one core where Spark has two) are what to track, since these machines are shared.
+The Kafka cluster is ``KAFKA_BOOTSTRAP`` if set, else librdkafka's mock cluster in a child process.
+The mock keeps at most 5 MiB (as stored, i.e. compressed) and 100k message sets per partition and
+silently drops older data beyond that: the records are lz4-compressed by default, and the bench stops
+if a partition lost any.
+
+    .venv/bin/python bench/kafka_read.py [--records 240000] [--partitions 6] [--compression lz4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import random
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import orjson
+
+COLUMNS = "id INT NOT NULL, name STRING, description STRING, weight DOUBLE"
+PRODUCTS = [
+    ("scooter", "Small 2-wheel scooter"),
+    ("car battery", "12V car battery"),
+    ("12-pack drill bits", "12-pack of drill bits with sizes ranging from #40 to #3"),
+    ("hammer", "12oz carpenter's hammer"),
+    ("rocks", "box of assorted rocks"),
+    ("jacket", "water resistent black wind breaker"),
+    ("spare tire", "24 inch spare tire"),
+]
+
+
+def envelope(index: int, rng: random.Random) -> bytes:
+    """A Debezium PostgreSQL update event (op u) with before and after images."""
+    name, description = PRODUCTS[index % len(PRODUCTS)]
+    before = {"id": index, "name": name, "description": description, "weight": round(rng.uniform(0.1, 30), 3)}
+    after = {**before, "weight": round(rng.uniform(0.1, 30), 3)}
+    lsn = 24_023_128 + 48 * index
+    source = {
+        "version": "2.7.3.Final",
+        "connector": "postgresql",
+        "name": "dbserver1",
+        "ts_ms": 1_700_000_000_000 + index,
+        "snapshot": "false",
+        "db": "inventory",
+        "sequence": f'["{lsn - 48}","{lsn}"]',
+        "schema": "inventory",
+        "table": "products",
+        "txId": 767 + index,
+        "lsn": lsn,
+    }
+    event = {
+        "before": before,
+        "after": after,
+        "source": source,
+        "op": "u",
+        "ts_ms": 1_700_000_000_500 + index,
+    }
+    return orjson.dumps(event)
+
+
+@contextlib.contextmanager
+def kafka_cluster(partitions: int, topic: str) -> Iterator[str]:
+    """The bootstrap servers of a cluster holding a fresh, empty ``topic``."""
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
+    if bootstrap:
+        from confluent_kafka.admin import AdminClient
+        from confluent_kafka.cimpl import NewTopic
+
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout=60)
+        yield bootstrap
+        return
+    from cdcflow.connectors.kafka_mock import MockKafkaCluster
+
+    with MockKafkaCluster() as mock:
+        mock.create_topic(topic, partitions)
+        yield mock.bootstrap_servers
+
+
+def produce(bootstrap: str, topic: str, records: int, partitions: int, compression: str) -> int:
+    """Writes the envelopes round-robin over the partitions; returns the bytes of the values."""
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "compression.type": compression,
+            "linger.ms": 20,
+            "batch.num.messages": 10_000,
+            "queue.buffering.max.messages": 200_000,
+        }
+    )
+    rng, size = random.Random(7), 0
+    for index in range(records):
+        value = envelope(index, rng)
+        size += len(value)
+        while True:
+            try:
+                producer.produce(topic, value, str(index).encode(), partition=index % partitions)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        if index % 10_000 == 0:
+            producer.poll(0)
+    if producer.flush(120):
+        sys.exit("not every record was delivered to Kafka within 120 s")
+    return size
+
+
+def check_nothing_dropped(bootstrap: str, topic: str, partitions: int, records: int) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}"})
+    try:
+        bounds = [
+            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30) for p in range(partitions)
+        ]
+    finally:
+        consumer.close()
+    kept = sum(high - low for low, high in bounds)
+    if kept != records or any(low for low, _ in bounds):
+        sys.exit(
+            f"the cluster kept {kept} of {records} records (watermarks {bounds}); the mock cluster drops "
+            "data beyond 5 MiB per partition: use more --partitions, fewer --records or --compression lz4"
+        )
+
+
+def consume_all(bootstrap: str, topic: str, partitions: int, records: int, parse: bool) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+        }
+    )
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    loads, seen = orjson.loads, 0
+    try:
+        while seen < records:
+            batch = consumer.consume(num_messages=5000, timeout=1.0)
+            for record in batch:
+                if record.error() is not None:
+                    continue
+                seen += 1
+                if parse:
+                    loads(record.value() or b"null")
+    finally:
+        consumer.close()
+
+
+def spark_session() -> Any:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("cdcflow-bench-kafka-read")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def spark_read(spark: Any, bootstrap: str, topic: str, **options: str) -> None:
+    (
+        spark.read.format("cdc-debezium")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic)
+        .option("columns", COLUMNS)
+        .options(**options)
+        .load()
+        .write.format("noop")
+        .mode("overwrite")
+        .save()
+    )
+
+
+def best_of(runs: int, function: Callable[[], Any]) -> float:
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=240_000)
+    parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--compression", default="lz4", help="the producer's compression.type")
+    parser.add_argument("--runs", type=int, default=2, help="timed runs per case; the best is reported")
+    args = parser.parse_args()
+    records, partitions = args.records, args.partitions
+    topic = f"bench-debezium-{uuid.uuid4().hex[:8]}"
+    with kafka_cluster(partitions, topic) as bootstrap:
+        started = time.perf_counter()
+        size = produce(bootstrap, topic, records, partitions, args.compression)
+        produced_s = time.perf_counter() - started
+        check_nothing_dropped(bootstrap, topic, partitions, records)
+        print(
+            f"{records} Debezium update envelopes ({size / records:.0f} B avg, {args.compression}) over "
+            f"{partitions} partitions, produced in {produced_s:.1f} s; best of {args.runs} runs; "
+            "Spark on local[2]"
+        )
+        results = {
+            "consumer": best_of(args.runs, lambda: consume_all(bootstrap, topic, partitions, records, False)),
+            "consumer+orjson": best_of(
+                args.runs, lambda: consume_all(bootstrap, topic, partitions, records, True)
+            ),
+        }
+        spark = spark_session()
+        try:
+            spark_read(spark, bootstrap, topic)  # starts the Python workers
+            results["cdc"] = best_of(args.runs, lambda: spark_read(spark, bootstrap, topic))
+            report = {"unavailable-values": "report"}
+            results["cdc report"] = best_of(args.runs, lambda: spark_read(spark, bootstrap, topic, **report))
+        finally:
+            spark.stop()
+    bare, parsed = (records / results[name] for name in ("consumer", "consumer+orjson"))
+    print(
+        f"{'case':<16} {'seconds':>8} {'records/s':>10} {'rows/s':>10} {'vs consumer':>12} {'vs +orjson':>11}"
+    )
+    for name, seconds in results.items():
+        rate = records / seconds
+        rows = f"{2 * rate / 1e3:>9.0f}k" if name.startswith("cdc") else f"{'':>10}"
+        ratios = f"{rate / bare:>12.2f} {rate / parsed:>11.2f}"
+        print(f"{name:<16} {seconds:>8.2f} {rate / 1e3:>9.0f}k {rows} {ratios}")
+
+
+if __name__ == "__main__":
+    main()
