@@ -13,17 +13,16 @@ the whole block back to the per-record path.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
-import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
+from cdcflow.connectors.columnar_block import Block, Positions
 from cdcflow.connectors.columnar_types import ColumnPlan, plan_column
 from cdcflow.formats.base import Decoder
 from cdcflow.formats.debezium import DebeziumMode, UnavailableHandling
@@ -35,16 +34,6 @@ _KINDS = pa.array(["+I", "-U", "+U", "-D"])
 _BEFORE_KINDS = (1, 3)
 #: The first row kind of each op code (its index in _OPS); an update adds +U after its -U.
 _FIRST_KIND = np.array([0, 0, 1, 3], dtype=np.int8)
-_OPEN_BRACE, _CLOSE_BRACE = ord("{"), ord("}")
-_JSON_WHITESPACE = b" \t\r\n"
-#: Tokens Arrow's reader (RapidJSON) accepts and the per-record parser (orjson) refuses, or may:
-#: NaN/Infinity literals, and numbers that could overflow a double (at most 10**(digits + exponent)).
-_SUSPICIOUS = r"[:,\[][ \t\r\n]*-?(?:NaN|Inf)|[0-9]{150}|[0-9][eE]\+?0*[1-9][0-9][0-9]"
-#: orjson refuses nesting deeper than 1024; a message with fewer brackets cannot reach it.
-_MAX_BRACKETS = 1000
-_MAX_BLOCK_BYTES = 1 << 30
-
-Positions = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True)
@@ -118,7 +107,14 @@ class ColumnarDecoder:
         """
         if self.keyed_state and keys is not None and any(key is not None for key in keys):
             return None
-        block = _Block.of(values)
+        return self._decode(Block.of_values(values))
+
+    def decode_lines(self, block: bytes) -> ColumnarBatch | None:
+        """:meth:`decode` of the lines of ``block`` (a chunk of a file of messages, one per line, as the
+        file reader splits it: no line break, blank lines skipped); ``message_index`` counts lines."""
+        return self._decode(Block.of_lines(block))
+
+    def _decode(self, block: Block | None) -> ColumnarBatch | None:
         if block is None or not block.is_strict_json():
             return None
         if len(block.positions) == 0:
@@ -144,14 +140,9 @@ class ColumnarDecoder:
         needs_before = codes >= _UPDATE
         if not _valid_where(after, codes != _DELETE) or not _valid_where(before, needs_before):
             return None  # an image the operation needs is null (e.g. REPLICA IDENTITY DEFAULT)
-        count = len(codes)
-        rows_per_message = 1 + (codes == _UPDATE)
-        message = np.repeat(np.arange(count), rows_per_message)
-        kinds = np.repeat(_FIRST_KIND[codes], rows_per_message)
-        first_row = np.cumsum(rows_per_message) - rows_per_message
-        kinds[first_row[codes == _UPDATE] + 1] = 2
+        message, kinds = _expand(codes)
         from_before = np.isin(kinds, _BEFORE_KINDS)
-        take = pa.array(message + count * from_before)
+        take = pa.array(message + len(codes) * from_before)  # the before images follow the after ones
         arrays = []
         for index, plan in enumerate(self.columns):
             images = [_column(image, index, plan) for image in (after, before)]
@@ -161,6 +152,16 @@ class ColumnarDecoder:
         arrays.append(_KINDS.take(pa.array(kinds)))
         rows = pa.RecordBatch.from_arrays(arrays, schema=self._output)
         return ColumnarBatch(rows, pa.array(positions[message]))
+
+
+def _expand(codes: npt.NDArray[np.int8]) -> tuple[Positions, npt.NDArray[np.int8]]:
+    """For each changelog row: the message it comes from and its kind (an index in _KINDS)."""
+    rows_per_message = 1 + (codes == _UPDATE)
+    message = np.repeat(np.arange(len(codes)), rows_per_message)
+    kinds = np.repeat(_FIRST_KIND[codes], rows_per_message)
+    first_row = np.cumsum(rows_per_message) - rows_per_message
+    kinds[first_row[codes == _UPDATE] + 1] = 2
+    return message, kinds
 
 
 def _empty(schema: pa.Schema) -> pa.RecordBatch:
@@ -177,73 +178,10 @@ def _valid_where(image: pa.StructArray, needed: npt.NDArray[np.bool_]) -> bool:
 def _column(image: pa.StructArray, index: int, plan: ColumnPlan) -> pa.Array | None:
     """One column of every image (those the changelog does not use are checked too, as per record)."""
     parsed = image.field(index)
-    if not plan.nullable and parsed.null_count > image.null_count:
-        return None  # Arrow's reader gives a null image null children: more nulls are NULL values
+    if (
+        not plan.nullable
+        and parsed.null_count
+        and pc.any(pc.and_(parsed.is_null(), image.is_valid())).as_py()
+    ):
+        return None  # a NULL in a NOT NULL column of an image that is there
     return plan.convert(parsed)
-
-
-@dataclass(frozen=True)
-class _Block:
-    """The non-tombstone messages of a block as newline-delimited JSON, each one JSON object."""
-
-    data: bytes
-    offsets: Positions
-    positions: Positions
-
-    @classmethod
-    def of(cls, values: Sequence[bytes | None]) -> _Block | None:
-        if any(value is None for value in values):
-            values = [b"" if value is None else value for value in values]
-        lengths = np.fromiter(map(len, values), dtype=np.int64, count=len(values))  # type: ignore[arg-type]
-        data = b"\n".join(itertools.chain(values, (b"",)))  # type: ignore[arg-type]
-        if len(data) > _MAX_BLOCK_BYTES:
-            return None
-        offsets = np.zeros(len(values) + 1, dtype=np.int64)
-        np.cumsum(lengths + 1, out=offsets[1:])
-        tombstone = lengths == 0
-        view = np.frombuffer(data, dtype=np.uint8)
-        starts = offsets[:-1]
-        ends = np.maximum(offsets[1:] - 2, starts)
-        irregular = ~tombstone & ((view[starts] != _OPEN_BRACE) | (view[ends] != _CLOSE_BRACE))
-        for index in np.flatnonzero(irregular):
-            value = values[index]
-            assert value is not None  # noqa: S101 - None became b""
-            shape = _shape(value)
-            if shape is None:
-                return None
-            tombstone[index] = shape == "tombstone"
-        return cls(data, offsets, np.flatnonzero(~tombstone))
-
-    def is_strict_json(self) -> bool:
-        """Whether the per-record parser (orjson) accepts every message Arrow's reader will: UTF-8,
-        no NaN/Infinity literals or numbers beyond the double range, no nesting deeper than 1024."""
-        count = len(self.offsets) - 1
-        messages = pa.Array.from_buffers(
-            pa.binary(), count, [None, pa.py_buffer(self.offsets.astype(np.int32)), pa.py_buffer(self.data)]
-        )
-        try:
-            messages.cast(pa.string())
-        except pa.ArrowInvalid:
-            return False
-        suspicious = pc.match_substring_regex(messages, _SUSPICIOUS).to_numpy(zero_copy_only=False)
-        lengths = np.diff(self.offsets)
-        for index in np.flatnonzero(suspicious | (lengths > _MAX_BRACKETS)):
-            message = self.data[self.offsets[index] : self.offsets[index + 1]]
-            if not suspicious[index] and message.count(b"{") + message.count(b"[") <= _MAX_BRACKETS:
-                continue
-            try:
-                orjson.loads(message)
-            except orjson.JSONDecodeError:
-                return False
-        return True
-
-
-def _shape(value: bytes) -> str | None:
-    """A value whose first or last byte is not a brace: a tombstone (blank), an object with JSON
-    whitespace around it (``object``), or None for anything else."""
-    if not value.strip():
-        return "tombstone" if not value.strip(_JSON_WHITESPACE) else None
-    trimmed = value.strip(_JSON_WHITESPACE)
-    if trimmed[:1] == b"{" and trimmed[-1:] == b"}" and trimmed == value.strip():
-        return "object"
-    return None

@@ -26,6 +26,18 @@ _INTEGER_TYPES = {
     TypeKind.INT: pa.int32(),
     TypeKind.BIGINT: pa.int64(),
 }
+#: What Spark's Arrow schema has for each type (``to_arrow_schema``); TIMESTAMP_LTZ has the session zone.
+_SPARK_ARROW_TYPES = {
+    **_INTEGER_TYPES,
+    TypeKind.BOOLEAN: pa.bool_(),
+    TypeKind.DOUBLE: pa.float64(),
+    TypeKind.FLOAT: pa.float32(),
+    TypeKind.STRING: pa.string(),
+    TypeKind.DATE: pa.date32(),
+    TypeKind.TIMESTAMP_NTZ: pa.timestamp("us"),
+    TypeKind.TIME: pa.time64("ns"),
+}
+#: The type Arrow's JSON reader parses each column as, before the checked conversion.
 _PARSED_AS = {
     **dict.fromkeys(_INTEGER_TYPES, pa.int64()),
     TypeKind.DATE: pa.int64(),
@@ -48,7 +60,6 @@ _MAX_DAYS = (dt.date.max - _EPOCH.date()).days
 _MICROS_PER_DAY = 86_400_000_000
 
 Int64s = npt.NDArray[np.int64]
-Floats = npt.NDArray[np.float64]
 Mask = npt.NDArray[np.bool_]
 
 
@@ -117,19 +128,8 @@ def plan_column(column: Field, arrow_field: pa.Field) -> ColumnPlan | None:
 
 def _expected_arrow_type(column: Field, given: pa.DataType) -> pa.DataType | None:
     kind = column.type.kind
-    if kind in _INTEGER_TYPES:
-        return _INTEGER_TYPES[kind]
-    simple = {
-        TypeKind.BOOLEAN: pa.bool_(),
-        TypeKind.DOUBLE: pa.float64(),
-        TypeKind.FLOAT: pa.float32(),
-        TypeKind.STRING: pa.string(),
-        TypeKind.DATE: pa.date32(),
-        TypeKind.TIMESTAMP_NTZ: pa.timestamp("us"),
-        TypeKind.TIME: pa.time64("ns"),
-    }
-    if kind in simple:
-        return simple[kind]
+    if kind in _SPARK_ARROW_TYPES:
+        return _SPARK_ARROW_TYPES[kind]
     if kind is TypeKind.TIMESTAMP_LTZ and pa.types.is_timestamp(given) and given.tz is not None:
         # An instant: the values are UTC microseconds whatever zone name the session gives Arrow.
         return pa.timestamp("us", tz=given.tz)

@@ -7,11 +7,13 @@ import logging
 from collections.abc import Iterable, Iterator, Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from cdcflow.connectors.columnar import ColumnarDecoder
 from cdcflow.connectors.dead_letters import DeadLetterWriter
 from cdcflow.connectors.metadata import metadata_array
 from cdcflow.connectors.read_plan import ReadPlan
+from cdcflow.connectors.replay import read_line_chunks
 from cdcflow.connectors.spark_types import ChangeBatchBuilder, arrow_schema, struct_type
 from cdcflow.formats.base import DecodeOutput, Message
 
@@ -49,8 +51,52 @@ class BatchDecoder:
             if self._dead_letters is not None:
                 self._dead_letters.close()
 
-    def _decode_block(self, block: Sequence[Message]) -> pa.RecordBatch | None:
-        if self._columnar is not None:
+    @property
+    def reads_lines(self) -> bool:
+        """Whether plain files can skip per-line messages: chunks of lines go to the columnar decoder."""
+        return self._columnar is not None
+
+    def file_batches(self, path: str, start: int, end: int) -> Iterator[pa.RecordBatch]:
+        """The changes of the lines of a plain file starting in ``[start, end)``, a chunk at a time."""
+        assert self._columnar is not None  # noqa: S101 - callers check reads_lines
+        try:
+            for first_line, chunk in read_line_chunks(path, start, end):
+                result = self._columnar.decode_lines(chunk)
+                if result is not None:
+                    if result.rows.num_rows:
+                        yield self._arrange_lines(result.rows, result.message_index, path, first_line)
+                    continue
+                lines = chunk.split(b"\n")
+                messages = [
+                    Message(line.rstrip(b"\r"), file=path, line=first_line + index)
+                    for index, line in enumerate(lines)
+                    if line.strip()
+                ]
+                for offset in range(0, len(messages), BLOCK_SIZE):
+                    batch = self._decode_block(messages[offset : offset + BLOCK_SIZE], columnar=False)
+                    if batch is not None and batch.num_rows:
+                        yield batch
+        finally:
+            if self._dead_letters is not None:
+                self._dead_letters.close()
+
+    def _arrange_lines(
+        self, rows: pa.RecordBatch, origins: pa.Array, path: str, first_line: int
+    ) -> pa.RecordBatch:
+        names = [*self.plan.decoded_columns.names, self.plan.row_kind_column]
+        columns = dict(zip(names, rows.columns, strict=True))
+        for key in self.plan.connector_metadata:
+            arrow_type = self.target.field(key).type
+            if key == "file":
+                columns[key] = pa.array([path] * rows.num_rows, type=arrow_type)
+            elif key == "line":
+                columns[key] = pc.add(origins.cast(pa.int64()), first_line).cast(arrow_type)
+            else:
+                columns[key] = pa.nulls(rows.num_rows, type=arrow_type)
+        return pa.RecordBatch.from_arrays([columns[f.name] for f in self.target], schema=self.target)
+
+    def _decode_block(self, block: Sequence[Message], *, columnar: bool = True) -> pa.RecordBatch | None:
+        if columnar and self._columnar is not None:
             # Keys, because a decoder that fills unchanged values keeps its state per Kafka key.
             result = self._columnar.decode([m.value for m in block], [m.key for m in block])
             if result is not None:

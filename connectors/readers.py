@@ -26,6 +26,8 @@ from cdcflow.formats.base import Message
 
 BYTES_PER_RECORD = 400
 """A replayed file is split as if a record were this long (Debezium envelopes are ~0.4-2 kB)."""
+MAX_SPLIT_BYTES = 32 << 20
+"""Larger files are split finer, so that the cores share the last splits evenly."""
 
 Offsets = dict[str, dict[str, int]]
 
@@ -58,7 +60,11 @@ def _messages(plan: ReadPlan, split: FileRange | kafka_client.OffsetRange) -> It
 
 def _read(plan: ReadPlan, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     assert isinstance(partition, CdcInputPartition)  # noqa: S101 - built by this module
-    return BatchDecoder(plan).batches(_messages(plan, partition.split))
+    split = partition.split
+    decoder = BatchDecoder(plan)
+    if isinstance(split, FileRange) and decoder.reads_lines and not replay.is_dump(split.path):
+        return decoder.file_batches(split.path, split.start, split.end)
+    return decoder.batches(_messages(plan, split))
 
 
 def _file_ranges(path: str, start: int, end: int, target_bytes: int) -> list[FileRange]:
@@ -72,7 +78,7 @@ def _file_ranges(path: str, start: int, end: int, target_bytes: int) -> list[Fil
 
 
 def _replay_partitions(plan: ReadPlan, start: Offsets, end: Offsets) -> list[CdcInputPartition]:
-    target = plan.max_records_per_partition * BYTES_PER_RECORD
+    target = min(plan.max_records_per_partition * BYTES_PER_RECORD, MAX_SPLIT_BYTES)
     begun, ended = start.get("files", {}), end.get("files", {})
     return [
         CdcInputPartition(split)

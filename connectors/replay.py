@@ -113,6 +113,25 @@ def read_messages(path: str, start_byte: int = 0, end_byte: int | None = None) -
                 yield Message(line.rstrip(b"\r\n"), file=path, line=number)
 
 
+def read_line_chunks(
+    path: str, start_byte: int = 0, end_byte: int | None = None, chunk_bytes: int = 4 << 20
+) -> Iterator[tuple[int, bytes]]:
+    """Whole lines of a plain file starting in ``[start_byte, end_byte)``, in chunks of about
+    ``chunk_bytes``: ``(number of the chunk's first line, the lines' bytes)``, for columnar decoders."""
+    with open(path, "rb") as stream:
+        position, number = _first_line_at(stream, start_byte)
+        end = file_size(path) if end_byte is None else end_byte
+        while position < end:
+            chunk = stream.read(min(chunk_bytes, end - position))
+            if not chunk:
+                return
+            if not chunk.endswith(b"\n"):
+                chunk += stream.readline()  # the line that starts in the range ends after it
+            yield number + 1, chunk
+            position += len(chunk)
+            number += chunk.count(b"\n")
+
+
 def is_dump(path: str) -> bool:
     """Whether ``path`` is a topic dump (its first line is the dump header)."""
     with open(path, "rb") as stream:

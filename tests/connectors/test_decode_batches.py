@@ -76,3 +76,35 @@ def test_blocks_decode_as_the_per_record_decoder_does(unavailable: str, keyed: b
     if keyed and unavailable == "fill":
         # The name comes from the insert, a block earlier, kept per Kafka key.
         assert want[-3:-1] == [(BLOCK_SIZE, "-U[0, null]"), (BLOCK_SIZE, "+U[0, n0]")]
+
+
+def test_file_chunks_give_the_per_line_changelog_with_line_numbers(tmp_path: Any) -> None:
+    """Plain files go to the columnar decoder a chunk of lines at a time; a chunk it refuses (here a
+    bad line, dead-lettered) is decoded line by line. Either way: the same rows and line numbers."""
+    lines = [
+        orjson.dumps({"before": None, "after": {"id": i, "name": f"n{i}"}, "op": "c"}) for i in range(50)
+    ]
+    lines[30] = b'{"op": "c", "after": {"id": "x"}}'
+    lines.insert(10, b"")
+    path = tmp_path / "changes.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    dead = tmp_path / "dead"
+    raw = {"path": str(path), "columns": COLUMNS, "metadata": "file,line", "deadLetterPath": str(dead)}
+    plan = plan_read("debezium-json", raw, None)
+    decoder = BatchDecoder(plan)
+    assert decoder.reads_lines
+    size = path.stat().st_size
+    got = []
+    for start, end in ((0, size // 3), (size // 3, size)):
+        for batch in BatchDecoder(plan).file_batches(str(path), start, end):
+            got += [(row["line"], row["id"], row["_row_kind"], row["file"]) for row in batch.to_pylist()]
+    want = [
+        (number, orjson.loads(line)["after"]["id"], "+I", str(path))
+        for number, line in enumerate(lines, start=1)
+        if line and number != 32
+    ]
+    assert got == want
+    from cdcflow.connectors.dead_letters import read_dead_letters
+
+    (letter,) = read_dead_letters(str(dead))
+    assert (letter["line"], letter["field"]) == (32, "after.id")

@@ -1,0 +1,605 @@
+"""The columnar Debezium JSON path gives exactly the per-record decoder's changelog, or None.
+
+Differential throughout: the per-record decoder (``debezium-json``) decodes the same block message by
+message and its changes become an Arrow batch the way the Spark reader builds them
+(:class:`ChangeBatchBuilder`). Whenever the columnar decoder answers, the two batches are equal value
+for value (floats compared by their exact repr, so -0.0 and 0.0 differ); where the per-record path
+fails, dead-letters or side-outputs anything, the columnar decoder must answer None. Inputs: every
+recorded ``debezium-json`` file without a schema block, real Debezium events from PostgreSQL, and
+generated blocks; then each reason to fall back on its own.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import pickle
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from cdcflow.connectors.columnar import ColumnarBatch, ColumnarDecoder
+from cdcflow.connectors.spark_types import ChangeBatchBuilder, arrow_schema, struct_type
+from cdcflow.formats import DecodeError, DecodeOutput, Decoder, Message, Schema, parse_ddl, resolve_format
+
+FORMATS_TESTS = Path(__file__).parents[1] / "formats"
+RECORDED = FORMATS_TESTS / "recorded" / "postgres" / "no-schemas.jsonl"
+PRODUCTS = "id INT NOT NULL, name STRING, description STRING, weight DOUBLE"
+
+
+def _golden_cases() -> list[Any]:
+    module = sys.modules.get("golden_cases")
+    if module is None:  # tests/formats is on the path only when its tests run too
+        spec = importlib.util.spec_from_file_location("golden_cases", FORMATS_TESTS / "golden_cases.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["golden_cases"] = module
+        spec.loader.exec_module(module)
+    return [
+        case
+        for case in module.all_cases()
+        if case.format == "debezium-json" and case.options.get("debezium-json.schema-include") != "true"
+    ]
+
+
+@dataclass
+class PerRecord:
+    rows: list[tuple[Any, ...]]
+    message_index: list[int]
+
+
+class Pair:
+    """The columnar decoder of one configuration, and fresh per-record decoders of the same one."""
+
+    def __init__(self, ddl: str | Schema, options: dict[str, str] | None = None) -> None:
+        self.schema = parse_ddl(ddl) if isinstance(ddl, str) else ddl
+        self.options = options or {}
+        self.physical = arrow_schema(struct_type(self.schema))
+        columnar = ColumnarDecoder.for_decoder(self.record_decoder(), self.physical)
+        assert columnar is not None
+        self.columnar = columnar
+        target = pa.schema([*self.physical, pa.field("_row_kind", pa.string())])
+        self._builder = ChangeBatchBuilder(self.schema, "_row_kind", target)
+
+    def record_decoder(self) -> Decoder:
+        return resolve_format("debezium-json").create_decoder(self.options, self.schema)
+
+    def per_record(self, values: Sequence[bytes | None]) -> PerRecord | None:
+        """The per-record changelog, or None if any message fails, is dead-lettered or side-output."""
+        decoder, out, origins = self.record_decoder(), DecodeOutput(), []
+        for index, value in enumerate(values):
+            produced = len(out.changes)
+            try:
+                decoder.decode(Message(value), out)
+            except DecodeError:
+                return None
+            origins += [index] * (len(out.changes) - produced)
+        if out.dead_letters or out.events:
+            return None
+        return PerRecord(_comparable(self._builder.build(out.changes)), origins)
+
+    def check(self, values: Sequence[bytes | None]) -> ColumnarBatch | None:
+        """The columnar result, asserted equal to the per-record one whenever it is not None."""
+        return self._checked(self.columnar.decode(values), values)
+
+    def check_lines(self, block: bytes) -> ColumnarBatch | None:
+        """As :meth:`check`, for the lines of a file as the file reader gives them."""
+        lines = [line.rstrip(b"\r\n") for line in block.split(b"\n")]
+        return self._checked(self.columnar.decode_lines(block), lines)
+
+    def _checked(self, result: ColumnarBatch | None, values: Sequence[bytes | None]) -> ColumnarBatch | None:
+        if result is not None:
+            expected = self.per_record(values)
+            assert expected is not None, "the columnar path decoded a block the per-record path does not"
+            assert result.rows.schema.remove(len(self.physical)) == self.physical
+            assert result.rows.schema.field(len(self.physical)).type == pa.string()
+            assert _comparable(result.rows) == expected.rows
+            assert result.message_index.to_pylist() == expected.message_index
+        return result
+
+
+def _comparable(batch: pa.RecordBatch) -> list[tuple[Any, ...]]:
+    return [tuple(repr(v) if isinstance(v, float) else v for v in row.values()) for row in batch.to_pylist()]
+
+
+def envelope(op: str, before: dict[str, Any] | None = None, after: dict[str, Any] | None = None) -> bytes:
+    return orjson.dumps({"before": before, "after": after, "source": {"lsn": 1}, "op": op})
+
+
+ROW = {"id": 1, "name": "scooter", "description": "small", "weight": 3.14}
+ROW2 = {**ROW, "weight": 5.5}
+
+# ------------------------------------------------------------------------------------- recorded inputs
+
+
+@pytest.mark.parametrize("case", _golden_cases(), ids=lambda case: case.case_id)
+def test_recorded_files_decode_as_per_record(case: Any) -> None:
+    pair = Pair(case.schema, case.options)
+    values = [message.value for message in case.messages()]
+    result = pair.check(values)
+    # The columnar path takes every recorded file the per-record path reads without an error.
+    assert (result is None) == (pair.per_record(values) is None)
+    lines = pair.check_lines((FORMATS_TESTS / "testdata" / case.input).read_bytes())
+    assert (lines is None) == (result is None)
+    for value in values:
+        pair.check([value])
+
+
+def _recorded_postgres() -> dict[str, list[tuple[bytes | None, bytes | None]]]:
+    topics: dict[str, list[tuple[bytes | None, bytes | None]]] = {}
+    for line in RECORDED.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        key, value = (None if record[k] is None else record[k].encode() for k in ("key", "value"))
+        topics.setdefault(record["topic"].rsplit(".", 1)[-1], []).append((key, value))
+    return topics
+
+
+# The columns of the recorded PostgreSQL tables the columnar path reads (no DECIMAL, BINARY, ARRAY).
+POSTGRES_COLUMNS = (
+    "id INT NOT NULL, c_real FLOAT, c_double DOUBLE, c_smallint SMALLINT, c_bigint BIGINT, "
+    "c_boolean BOOLEAN, c_date DATE, c_time TIME(6), c_time3 TIME(3), c_timestamp TIMESTAMP_NTZ(6), "
+    "c_timestamp3 TIMESTAMP_NTZ(3), c_json STRING, c_jsonb STRING, c_uuid STRING, c_text STRING, "
+    "c_varchar STRING, c_enum STRING, big_text STRING, big_jsonb STRING"
+)
+
+
+def test_real_postgres_events_decode_as_per_record() -> None:
+    pair = Pair(POSTGRES_COLUMNS, {"unavailable-values": "report"})
+    columnar = 0
+    for table in ("cdc_types", "cdc_types_full"):
+        messages = _recorded_postgres()[table]
+        values = [value for _, value in messages]
+        pair.check(values)
+        for value in values:
+            columnar += pair.check([value]) is not None
+    # Placeholders, NaN/Infinity strings and the truncate go per record; the plain events do not.
+    assert columnar >= 8
+
+
+def test_keyed_messages_go_per_record_while_state_fills_toast_values() -> None:
+    keyed = _recorded_postgres()["cdc_small"][:1]
+    fill = Pair(POSTGRES_COLUMNS.split(", c_real")[0] + ", label STRING")
+    values, keys = [value for _, value in keyed], [key for key, _ in keyed]
+    assert fill.check(values) is not None
+    assert fill.columnar.decode(values, keys) is None
+    report = Pair(fill.schema, {"unavailable-values": "report"})
+    assert report.columnar.decode(values, keys) is not None
+
+
+# ------------------------------------------------------------------------------------ generated blocks
+
+WIDE = (
+    "id INT NOT NULL, tiny TINYINT, small SMALLINT, big BIGINT, flag BOOLEAN, name STRING, "
+    "label STRING NOT NULL, weight DOUBLE, ratio FLOAT, day DATE, at_ms TIMESTAMP_NTZ(3), "
+    "at_us TIMESTAMP, at_ns TIMESTAMP_LTZ(9), clock TIME(6), clock_ms TIME(3), clock_ns TIME(9)"
+)
+MIN_MICROS, MAX_MICROS = -62_135_596_800_000_000, 253_402_300_799_999_999
+DAY_MICROS = 86_400_000_000
+
+
+def _integers(low: int, high: int) -> st.SearchStrategy[str]:
+    return st.one_of(st.integers(low, high), st.sampled_from([low, high, 0])).map(str)
+
+
+def _floats(width: int) -> st.SearchStrategy[str]:
+    plain = st.floats(allow_nan=False, allow_infinity=False)
+    if width == 32:  # doubles that round to a FLOAT, and FLOATs themselves
+        plain = st.one_of(
+            st.floats(-3.4e38, 3.4e38), st.floats(allow_nan=False, allow_infinity=False, width=32)
+        )
+    texts = st.one_of(
+        plain.map(lambda x: repr(abs(x) if x == 0 else x)),  # -0.0: see the fallbacks
+        st.integers(-(2**70), 2**70).map(str),
+        st.from_regex(r"\A-?[1-9][0-9]{0,24}(\.[0-9]{1,24})?([eE]-?[0-9]{1,2})?\Z"),
+    )
+    return texts if width == 64 else texts.filter(lambda text: abs(float(text)) < 3.4e38)
+
+
+TEXT = st.text(st.characters(exclude_categories=["Cs"]), max_size=12).map(lambda s: orjson.dumps(s).decode())
+VALID = {
+    "id": _integers(-(2**31), 2**31 - 1),
+    "tiny": _integers(-128, 127),
+    "small": _integers(-(2**15), 2**15 - 1),
+    "big": _integers(-(2**63), 2**63 - 1),
+    "flag": st.sampled_from(["true", "false"]),
+    "name": TEXT,
+    "label": TEXT,
+    "weight": _floats(64),
+    "ratio": _floats(32),
+    "day": _integers(-719_162, 2_932_896),
+    "at_ms": _integers(MIN_MICROS // 1000, MAX_MICROS // 1000),
+    "at_us": _integers(MIN_MICROS, MAX_MICROS),
+    "at_ns": _integers(-(2**63), 2**63 - 1),
+    "clock": _integers(0, DAY_MICROS - 1),
+    "clock_ms": _integers(0, DAY_MICROS // 1000 - 1),
+    "clock_ns": _integers(0, DAY_MICROS * 1000 - 1),
+}
+NOT_NULL = ("id", "label")
+ODD_NUMBERS = ["-0", "-0.0", "1.0", "1e2", '"12"', '" 7 "', "true", "12.5", '"NaN"', '"Infinity"']
+ODD_NUMBERS += ['"-Infinity"', "1e400", "NaN", "-Infinity", "1.8e308", "9" * 400, "3.4028236e38", "5e-324"]
+ODD_NUMBERS += ["2" + "0" * 19, "-2147483649", "32768"]
+ODD_TEXTS = ['"__debezium_unavailable_value"', '"X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ=="', "12", "[1]"]
+ODD_TEXTS += ['{"a":1}', '{"scale":2,"value":"AQ=="}', r'"\ud800"', r'"\ud83d\ude00"', r'"a\u0000\"\/"']
+ODD = st.sampled_from(["null", '"true"', '"2020-02-29"', *ODD_NUMBERS, *ODD_TEXTS])
+ODD_SOURCE = ["NaN", "-Infinity", "Inf", "1.8e308", "1e400", "9" * 400, "[" * 1100 + "]" * 1100, '"\\u00e9"']
+ODD_SOURCES = st.sampled_from(ODD_SOURCE)
+ODD_OPS = st.sampled_from(['"t"', '"m"', '"x"', '"C"', "null", "1", ""])
+ODD_IMAGES = st.sampled_from(["null", "", '"row"', "[]", "{}"])
+MUTATIONS = ["truncate", "bom", "spaces", "two", "blank", "empty", "tombstone", "newlines", "bad-utf8", "ff"]
+#: How a generated message departs from a plain Debezium event: mostly not at all, else in one place.
+FLAWS = st.sampled_from(["none"] * 4 + ["token", "extra-field", "op", "image", "source", "mutation"])
+OPS = st.sampled_from("crud")
+IMAGE_NAMES = st.sampled_from(["before", "after"])
+NULLABLE = {
+    name: valid if name in NOT_NULL else st.one_of(valid, st.just("null"), st.just(""))
+    for name, valid in VALID.items()
+}
+ODD_COLUMNS = st.sampled_from(list(VALID))
+UNKNOWN_VALUES = st.sampled_from(["1", "{}", "[1,2]", *ODD_SOURCE])
+SOURCE = '{"connector":"postgresql","ts_ms":1700000000000,"lsn":24023128}'
+
+
+@st.composite
+def images(draw: st.DrawFn, odd_column: str | None = None) -> str:
+    fields = [f'"{name}":{draw(ODD if name == odd_column else NULLABLE[name])}' for name in VALID]
+    fields = [field for field in fields if not field.endswith(":")]
+    if odd_column == "unknown":
+        fields.append(f'"unknown":{draw(UNKNOWN_VALUES)}')
+    draw(st.randoms(use_true_random=False)).shuffle(fields)
+    return "{" + ",".join(fields) + "}"
+
+
+@st.composite
+def envelopes(draw: st.DrawFn, *, clean: bool) -> bytes | None:
+    flaw = "none" if clean else draw(FLAWS)
+    op = draw(OPS)
+    odd_image = draw(IMAGE_NAMES)
+    odd_column = {"token": draw(ODD_COLUMNS), "extra-field": "unknown"}.get(flaw)
+    parts = {
+        "op": f'"{op}"',
+        "before": draw(images(odd_column if odd_image == "before" else None)) if op in "ud" else "null",
+        "after": draw(images(odd_column if odd_image == "after" else None)) if op != "d" else "",
+        "source": SOURCE,
+    }
+    if flaw == "op":
+        parts["op"] = draw(ODD_OPS)
+    elif flaw == "image":
+        parts[odd_image] = draw(ODD_IMAGES)
+    elif flaw == "source":
+        parts["source"] = f'{{"lsn":{draw(ODD_SOURCES)}}}'
+    fields = [f'"{k}":{v}' for k, v in parts.items() if v]
+    draw(st.randoms(use_true_random=False)).shuffle(fields)
+    value = ("{" + ",".join(fields) + "}").encode()
+    mutation = draw(st.sampled_from(MUTATIONS)) if flaw == "mutation" else None
+    return _mutate(value, mutation, draw(st.integers(0, len(value))))
+
+
+def _mutate(value: bytes, mutation: str | None, at: int) -> bytes | None:
+    if mutation == "truncate":
+        return value[:at]
+    mutated: dict[str | None, bytes | None] = {
+        None: value,
+        "bom": b"\xef\xbb\xbf" + value,
+        "spaces": b" \t" + value + b"\r\n",
+        "two": value + b" " + value,
+        "blank": b" \n ",
+        "empty": b"",
+        "tombstone": None,
+        "newlines": value.replace(b",", b",\n  "),
+        "bad-utf8": value[:at] + b"\xff" + value[at:],
+        "ff": b"\x0c" + value,
+    }
+    return mutated[mutation]
+
+
+@cache
+def wide() -> Pair:
+    return Pair(WIDE)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(envelopes(clean=False), max_size=6))
+def test_generated_blocks_decode_as_per_record_or_not_at_all(values: list[bytes | None]) -> None:
+    result = wide().check(values)
+    event("columnar" if result is not None else "per record")
+    lines = wide().check_lines(b"\n".join(value for value in values if value is not None))
+    event("lines: columnar" if lines is not None else "lines: per record")
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(envelopes(clean=True), min_size=1, max_size=6))
+def test_generated_plain_blocks_take_the_columnar_path(values: list[bytes | None]) -> None:
+    assert wide().check(values) is not None
+
+
+# -------------------------------------------------------------------------------------- exact answers
+
+
+def test_one_row_per_insert_and_delete_two_adjacent_rows_per_update_in_input_order() -> None:
+    pair = Pair(PRODUCTS)
+    values = [
+        envelope("r", after=ROW),
+        None,
+        envelope("u", before=ROW, after=ROW2),
+        b"",
+        envelope("c", after={**ROW, "id": 2, "name": None}),
+        b" \r\n",
+        envelope("d", before=ROW2),
+    ]
+    result = pair.check(values)
+    assert result is not None
+    assert result.rows.column("_row_kind").to_pylist() == ["+I", "-U", "+U", "+I", "-D"]
+    assert result.message_index.to_pylist() == [0, 2, 2, 4, 6]
+    assert result.rows.column("weight").to_pylist() == [3.14, 3.14, 5.5, 3.14, 5.5]
+
+
+def test_blocks_of_tombstones_or_nothing_give_no_rows() -> None:
+    pair = Pair(PRODUCTS)
+    for values in ([], [None, b"", b"  "]):
+        result = pair.check(values)
+        assert result is not None
+        assert result.rows.num_rows == 0
+        assert result.rows.schema.names == [*pair.physical.names, "_row_kind"]
+
+
+def test_pretty_printed_and_padded_messages() -> None:
+    pretty = json.dumps({"op": "u", "before": ROW, "after": ROW2}, indent=2).encode()
+    result = Pair(PRODUCTS).check([pretty, b"\t" + envelope("c", after=ROW) + b" \n"])
+    assert result is not None
+    assert result.rows.column("_row_kind").to_pylist() == ["-U", "+U", "+I"]
+
+
+def test_lines_of_a_file_as_the_file_reader_splits_them() -> None:
+    pair = Pair(PRODUCTS)
+    block = b"\n".join(
+        [
+            envelope("c", after=ROW) + b"\r",
+            b"",
+            b"  \t",
+            envelope("u", before=ROW, after=ROW2),
+            envelope("d", ROW2),
+        ]
+    )
+    for ending in (b"", b"\n", b"\r\n"):
+        result = pair.check_lines(block + ending)
+        assert result is not None
+        assert result.message_index.to_pylist() == [0, 3, 3, 4]
+        assert result.rows.column("_row_kind").to_pylist() == ["+I", "-U", "+U", "-D"]
+    assert pair.check_lines(b"") is not None
+
+
+@pytest.mark.parametrize("digits", [149, 150, 151, 300])
+def test_long_numbers_are_checked_wherever_they_sit_in_the_block(digits: int) -> None:
+    pair = Pair(PRODUCTS)
+    for padding in range(0, 72, 9):
+        message = envelope("c", after={**ROW, "name": "x" * padding}).replace(
+            b'"lsn":1', b'"lsn":' + b"7" * digits
+        )
+        # orjson reads up to 308 digits as a double; the 300-digit number is fine, and so is the block.
+        assert pair.check([message]) is not None
+        assert pair.check_lines(b"\n".join([envelope("c", after=ROW)] * padding + [message])) is not None
+        overflow = message.replace(b"7" * digits, b"9" * 400)
+        assert pair.columnar.decode([message, overflow]) is None
+        assert pair.columnar.decode_lines(b"\n".join([message] * padding + [overflow])) is None
+
+
+def test_temporal_columns_read_debezium_epoch_integers() -> None:
+    pair = Pair(
+        "id INT NOT NULL, d DATE, ts3 TIMESTAMP_NTZ(3), ts6 TIMESTAMP, ts9 TIMESTAMP_LTZ(9), "
+        "t3 TIME(3), t9 TIME(9)"
+    )
+    row = {
+        "id": 1,
+        "d": -1,
+        "ts3": -1,
+        "ts6": 1709212455123456,
+        "ts9": -1,
+        "t3": 45296789,
+        "t9": 86399999999999,
+    }
+    result = pair.check([envelope("c", after=row)])
+    assert result is not None
+    assert [str(v) for v in result.rows.to_pylist()[0].values()] == [
+        "1",
+        "1969-12-31",
+        "1969-12-31 23:59:59.999000",
+        "2024-02-29 13:14:15.123456+00:00",
+        "1969-12-31 23:59:59.999999+00:00",
+        "12:34:56.789000",
+        "23:59:59.999999",
+        "+I",
+    ]
+
+
+def test_float_columns_round_as_the_per_record_path() -> None:
+    pair = Pair("id INT NOT NULL, f FLOAT, d DOUBLE")
+    values = [
+        envelope("c", after={"id": i, "f": x, "d": x})
+        for i, x in enumerate([0.1, 1e-46, 3.4028235e38, 1 << 60])
+    ]
+    assert pair.check(values) is not None
+
+
+def test_decoder_pickles_to_its_plan() -> None:
+    pair = Pair(PRODUCTS)
+    copy = pickle.loads(pickle.dumps(pair.columnar))
+    values = [envelope("u", before=ROW, after=ROW2)]
+    result, again = pair.columnar.decode(values), copy.decode(values)
+    assert result is not None and again is not None
+    assert again.rows.equals(result.rows)
+
+
+# ---------------------------------------------------------------------------------------- fallbacks
+
+FALLBACKS = {
+    "not JSON": [b"{not json}"],
+    "a JSON array": [b"[1]"],
+    "null": [b"null"],
+    "truncate event": [orjson.dumps({"op": "t", "source": {}})],
+    "logical message": [orjson.dumps({"op": "m", "message": {"prefix": "p"}})],
+    "unknown op": [envelope("x", after=ROW)],
+    "missing op": [orjson.dumps({"after": ROW})],
+    "schema and payload form": [orjson.dumps({"schema": {}, "payload": {"op": "c", "after": ROW}})],
+    "update without before (REPLICA IDENTITY DEFAULT)": [envelope("u", after=ROW2)],
+    "delete without before": [envelope("d")],
+    "insert without after": [envelope("c", before=ROW)],
+    "TOAST placeholder in after": [
+        envelope("u", ROW, {**ROW, "description": "__debezium_unavailable_value"})
+    ],
+    "TOAST placeholder in before": [envelope("d", {**ROW, "name": "__debezium_unavailable_value"})],
+    "base64 TOAST placeholder": [
+        envelope("c", after={**ROW, "name": "X19kZWJleml1bV91bmF2YWlsYWJsZV92YWx1ZQ=="})
+    ],
+    "NULL in a NOT NULL column": [envelope("c", after={**ROW, "id": None})],
+    "NOT NULL column missing from an unused image": [envelope("c", before={"name": "x"}, after=ROW)],
+    "INT out of range": [envelope("c", after={**ROW, "id": 2**31})],
+    "integer as text": [envelope("c", after={**ROW, "id": "7"})],
+    "integral float in an INT column": [envelope("c", after={**ROW, "id": 7.0})],
+    "NaN as text": [envelope("c", after={**ROW, "weight": "NaN"})],
+    "number as text": [envelope("c", after={**ROW, "weight": "2.5"})],
+    "number in a STRING column": [envelope("c", after={**ROW, "name": 12})],
+    "integer -0 in a DOUBLE column": [envelope("c", after=ROW).replace(b"3.14", b"-0")],
+    "NaN literal in a column": [envelope("c", after=ROW).replace(b"3.14", b"NaN")],
+    "NaN literal in the source block": [envelope("c", after=ROW).replace(b'"lsn":1', b'"lsn":NaN')],
+    "-Infinity literal in the source block": [
+        envelope("c", after=ROW).replace(b'"lsn":1', b'"lsn":-Infinity')
+    ],
+    "number beyond a double in the source block": [
+        envelope("c", after=ROW).replace(b'"lsn":1', b'"lsn":1.8e308')
+    ],
+    "400-digit number in the source block": [
+        envelope("c", after=ROW).replace(b'"lsn":1', b'"lsn":' + b"9" * 400)
+    ],
+    "nesting deeper than 1024": [
+        envelope("c", after=ROW).replace(b'"lsn":1', b'"l":' + b"[" * 1100 + b"]" * 1100)
+    ],
+    "invalid UTF-8 in an ignored field": [envelope("c", after=ROW).replace(b'"lsn":1', b'"x":"\xff"')],
+    "UTF-8 of a surrogate in an ignored field": [
+        envelope("c", after=ROW).replace(b'"lsn":1', b'"x":"\xed\xa0\x80"')
+    ],
+    "Infinity in an ignored array": [envelope("c", after=ROW).replace(b'"lsn":1', b'"x":[1, Infinity]')],
+    "byte order mark": [b"\xef\xbb\xbf" + envelope("c", after=ROW)],
+    "two documents in one message": [envelope("c", after=ROW) + envelope("c", after=ROW)],
+    "a form feed around the message": [b"\x0c" + envelope("c", after=ROW)],
+    "duplicate key": [envelope("c", after=ROW).replace(b'"op":"c"', b'"op":"c","op":"c"')],
+    "FLOAT overflow": [envelope("c", after={"id": 1, "f": 3.5e38})],
+}
+
+
+@pytest.mark.parametrize("values", FALLBACKS.values(), ids=FALLBACKS.keys())
+def test_what_the_per_record_path_treats_otherwise_falls_back(values: list[bytes]) -> None:
+    pair = Pair(PRODUCTS + ", f FLOAT")
+    assert pair.columnar.decode(values) is None
+    assert pair.columnar.decode([envelope("c", after=ROW), *values]) is None
+
+
+def test_ok_control_for_the_fallback_cases() -> None:
+    assert Pair(PRODUCTS + ", f FLOAT").check([envelope("c", after={**ROW, "f": 3.4e38})]) is not None
+
+
+def test_text_that_only_looks_like_a_literal_or_an_exponent_is_read_columnar() -> None:
+    pair = Pair(PRODUCTS)
+    texts = ["NaN", "Infinity", ":NaN", "[-Inf", "3e512a1e-4b9e", "1e308", "7" * 200]
+    values = [envelope("c", after={**ROW, "id": i, "name": text}) for i, text in enumerate(texts)]
+    values.append(envelope("c", after={**ROW, "weight": 1.5e300}).replace(b'"lsn":1', b'"lsn":1e-400'))
+    result = pair.check(values)
+    assert result is not None
+    assert result.rows.column("name").to_pylist()[: len(texts)] == texts
+
+
+@pytest.mark.parametrize(
+    ("ddl", "options", "metadata"),
+    [
+        (PRODUCTS, {"schema-include": "true"}, ()),
+        (PRODUCTS, {"changelog-mode": "upsert"}, ()),
+        (PRODUCTS, {}, ("source.table",)),
+        (PRODUCTS, {"key-columns": "id"}, ()),
+        (PRODUCTS + ", price DECIMAL(10, 2)", {}, ()),
+        (PRODUCTS + ", photo BINARY", {}, ()),
+        (PRODUCTS + ", tags ARRAY<STRING>", {}, ()),
+        (PRODUCTS + ", dims STRUCT<w: INT>", {}, ()),
+    ],
+    ids=[
+        "schema-include",
+        "upsert",
+        "metadata",
+        "key columns fill the TOAST state",
+        "decimal",
+        "binary",
+        "array",
+        "struct",
+    ],
+)
+def test_configurations_without_a_columnar_path(
+    ddl: str, options: dict[str, str], metadata: tuple[str, ...]
+) -> None:
+    schema = parse_ddl(ddl)
+    decoder = resolve_format("debezium-json").create_decoder(options, schema, metadata)
+    assert ColumnarDecoder.for_decoder(decoder, arrow_schema(struct_type(schema))) is None
+
+
+def test_key_columns_are_fine_when_nothing_fills_toast_values() -> None:
+    schema = parse_ddl(PRODUCTS)
+    decoder = resolve_format("debezium-json").create_decoder(
+        {"key-columns": "id", "unavailable-values": "fail"}, schema
+    )
+    assert ColumnarDecoder.for_decoder(decoder, arrow_schema(struct_type(schema))) is not None
+
+
+@pytest.mark.parametrize(
+    "physical",
+    [
+        pa.schema(
+            [
+                ("id", pa.int32()),
+                ("name", pa.string()),
+                ("description", pa.string()),
+                ("weight", pa.float64()),
+            ]
+        ),
+        pa.schema(
+            [
+                pa.field("id", pa.int64(), False),
+                ("name", pa.string()),
+                ("description", pa.string()),
+                ("weight", pa.float64()),
+            ]
+        ),
+        pa.schema(
+            [
+                pa.field("id", pa.int32(), False),
+                ("name", pa.large_string()),
+                ("description", pa.string()),
+                ("weight", pa.float64()),
+            ]
+        ),
+        pa.schema(
+            [
+                pa.field("id", pa.int32(), False),
+                ("title", pa.string()),
+                ("description", pa.string()),
+                ("weight", pa.float64()),
+            ]
+        ),
+        pa.schema([pa.field("id", pa.int32(), False), ("name", pa.string())]),
+    ],
+    ids=["nullability", "int64 for INT", "large_string", "name", "columns"],
+)
+def test_physical_schema_other_than_sparks_has_no_columnar_path(physical: pa.Schema) -> None:
+    decoder = resolve_format("debezium-json").create_decoder({}, parse_ddl(PRODUCTS))
+    assert ColumnarDecoder.for_decoder(decoder, physical) is None
+
+
+def test_other_formats_have_no_columnar_path() -> None:
+    schema = parse_ddl(PRODUCTS)
+    decoder = resolve_format("canal-json").create_decoder({}, schema)
+    assert ColumnarDecoder.for_decoder(decoder, arrow_schema(struct_type(schema))) is None
