@@ -13,7 +13,7 @@ from cdcflow.connectors.columnar import ColumnarDecoder
 from cdcflow.connectors.dead_letters import DeadLetterWriter
 from cdcflow.connectors.metadata import metadata_array
 from cdcflow.connectors.read_plan import ReadPlan
-from cdcflow.connectors.replay import read_line_chunks
+from cdcflow.connectors.replay import lines_before, read_line_chunks
 from cdcflow.connectors.spark_types import ChangeBatchBuilder, arrow_schema, struct_type
 from cdcflow.formats.base import DecodeOutput, Message
 
@@ -57,19 +57,27 @@ class BatchDecoder:
         return self._columnar is not None
 
     def file_batches(self, path: str, start: int, end: int) -> Iterator[pa.RecordBatch]:
-        """The changes of the lines of a plain file starting in ``[start, end)``, a chunk at a time."""
+        """The changes of the lines of a plain file starting in ``[start, end)``, a chunk at a time.
+
+        Line numbers cost a count of the file's newlines before the split: they are counted only once
+        something needs them (the ``line`` column, or a chunk decoded line by line).
+        """
         assert self._columnar is not None  # noqa: S101 - callers check reads_lines
+        line_counter = _LineCounter(path, needed="line" in self.plan.connector_metadata)
         try:
-            for first_line, chunk in read_line_chunks(path, start, end):
+            for position, chunk in read_line_chunks(path, start, end):
                 result = self._columnar.decode_lines(chunk)
                 if result is not None:
                     if result.rows.num_rows:
+                        first_line = line_counter.first_line_of(position, chunk)
                         yield self._arrange_lines(result.rows, result.message_index, path, first_line)
+                    else:
+                        line_counter.skip(chunk)
                     continue
-                lines = chunk.split(b"\n")
+                first_line = line_counter.first_line_of(position, chunk, needed=True)
                 messages = [
                     Message(line.rstrip(b"\r"), file=path, line=first_line + index)
-                    for index, line in enumerate(lines)
+                    for index, line in enumerate(chunk.split(b"\n"))
                     if line.strip()
                 ]
                 for offset in range(0, len(messages), BLOCK_SIZE):
@@ -128,6 +136,28 @@ class BatchDecoder:
             arrow_type = self.target.field(key).type
             columns[key] = metadata_array(key, block, arrow_type).take(origins)
         return pa.RecordBatch.from_arrays([columns[f.name] for f in self.target], schema=self.target)
+
+
+class _LineCounter:
+    """The 1-based number of each chunk's first line, counted lazily (0 while nobody needs it)."""
+
+    def __init__(self, path: str, *, needed: bool) -> None:
+        self.path = path
+        self.needed = needed
+        self._next_line: int | None = None
+
+    def first_line_of(self, position: int, chunk: bytes, *, needed: bool = False) -> int:
+        if self._next_line is None:
+            if not (needed or self.needed):
+                return 0
+            self._next_line = lines_before(self.path, position) + 1
+        first = self._next_line
+        self._next_line += chunk.count(b"\n")
+        return first
+
+    def skip(self, chunk: bytes) -> None:
+        if self._next_line is not None:
+            self._next_line += chunk.count(b"\n")
 
 
 def _columnar_decoder(plan: ReadPlan, canonical: pa.Schema) -> ColumnarDecoder | None:

@@ -26,8 +26,8 @@ from cdcflow.formats.base import Message
 
 BYTES_PER_RECORD = 400
 """A replayed file is split as if a record were this long (Debezium envelopes are ~0.4-2 kB)."""
-MAX_SPLIT_BYTES = 32 << 20
-"""Larger files are split finer, so that the cores share the last splits evenly."""
+MAX_SPLIT_BYTES = 128 << 20
+"""A replayed file's splits are at most this long (and equal, so that the cores finish together)."""
 
 Offsets = dict[str, dict[str, int]]
 
@@ -68,13 +68,12 @@ def _read(plan: ReadPlan, partition: InputPartition) -> Iterator[pa.RecordBatch]
 
 
 def _file_ranges(path: str, start: int, end: int, target_bytes: int) -> list[FileRange]:
-    ranges = []
-    position = start
-    while position < end:
-        stop = min(end, position + target_bytes)
-        ranges.append(FileRange(path, position, stop))
-        position = stop
-    return ranges
+    """``[start, end)`` in equal ranges of at most ``target_bytes``: tasks of equal length finish together."""
+    if end <= start:
+        return []
+    count = -(-(end - start) // target_bytes)
+    bounds = [start + (end - start) * i // count for i in range(count + 1)]
+    return [FileRange(path, a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
 
 
 def _replay_partitions(plan: ReadPlan, start: Offsets, end: Offsets) -> list[CdcInputPartition]:

@@ -117,9 +117,9 @@ def read_line_chunks(
     path: str, start_byte: int = 0, end_byte: int | None = None, chunk_bytes: int = 4 << 20
 ) -> Iterator[tuple[int, bytes]]:
     """Whole lines of a plain file starting in ``[start_byte, end_byte)``, in chunks of about
-    ``chunk_bytes``: ``(number of the chunk's first line, the lines' bytes)``, for columnar decoders."""
+    ``chunk_bytes``: ``(byte position of the chunk, the lines' bytes)``, for columnar decoders."""
     with open(path, "rb") as stream:
-        position, number = _first_line_at(stream, start_byte)
+        position = _line_start_at(stream, start_byte)
         end = file_size(path) if end_byte is None else end_byte
         while position < end:
             chunk = stream.read(min(chunk_bytes, end - position))
@@ -127,9 +127,32 @@ def read_line_chunks(
                 return
             if not chunk.endswith(b"\n"):
                 chunk += stream.readline()  # the line that starts in the range ends after it
-            yield number + 1, chunk
+            yield position, chunk
             position += len(chunk)
-            number += chunk.count(b"\n")
+
+
+def lines_before(path: str, position: int) -> int:
+    """How many lines of ``path`` end before byte ``position``."""
+    lines, read = 0, 0
+    with open(path, "rb") as stream:
+        while read < position:
+            chunk = stream.read(min(_CHUNK, position - read))
+            if not chunk:
+                break
+            lines += chunk.count(b"\n")
+            read += len(chunk)
+    return lines
+
+
+def _line_start_at(stream: IO[bytes], start: int) -> int:
+    """Move to the first line starting at or after ``start``; returns its byte position."""
+    if start <= 0:
+        stream.seek(0)
+        return 0
+    stream.seek(start - 1)
+    position = start - 1 + len(stream.readline())  # the rest of the line that started before
+    stream.seek(position)
+    return position
 
 
 def is_dump(path: str) -> bool:
