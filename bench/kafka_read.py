@@ -35,46 +35,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
-
-COLUMNS = "id INT NOT NULL, name STRING, description STRING, weight DOUBLE"
-PRODUCTS = [
-    ("scooter", "Small 2-wheel scooter"),
-    ("car battery", "12V car battery"),
-    ("12-pack drill bits", "12-pack of drill bits with sizes ranging from #40 to #3"),
-    ("hammer", "12oz carpenter's hammer"),
-    ("rocks", "box of assorted rocks"),
-    ("jacket", "water resistent black wind breaker"),
-    ("spare tire", "24 inch spare tire"),
-]
-
-
-def envelope(index: int, rng: random.Random) -> bytes:
-    """A Debezium PostgreSQL update event (op u) with before and after images."""
-    name, description = PRODUCTS[index % len(PRODUCTS)]
-    before = {"id": index, "name": name, "description": description, "weight": round(rng.uniform(0.1, 30), 3)}
-    after = {**before, "weight": round(rng.uniform(0.1, 30), 3)}
-    lsn = 24_023_128 + 48 * index
-    source = {
-        "version": "2.7.3.Final",
-        "connector": "postgresql",
-        "name": "dbserver1",
-        "ts_ms": 1_700_000_000_000 + index,
-        "snapshot": "false",
-        "db": "inventory",
-        "sequence": f'["{lsn - 48}","{lsn}"]',
-        "schema": "inventory",
-        "table": "products",
-        "txId": 767 + index,
-        "lsn": lsn,
-    }
-    event = {
-        "before": before,
-        "after": after,
-        "source": source,
-        "op": "u",
-        "ts_ms": 1_700_000_000_500 + index,
-    }
-    return orjson.dumps(event)
+from products_events import COLUMNS, envelope
 
 
 @contextlib.contextmanager

@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from products_events import COLUMNS, envelope
 
-COLUMNS = "id INT NOT NULL, name STRING, description STRING, weight DOUBLE"
 SOURCE_FIELDS = {
     "version": "string",
     "connector": "string",
@@ -46,42 +46,7 @@ SOURCE_FIELDS = {
     "db": "string",
 }
 SOURCE_FIELDS |= {"schema": "string", "table": "string", "txId": "long", "lsn": "long"}
-PRODUCTS = [
-    ("scooter", "Small 2-wheel scooter"),
-    ("car battery", "12V car battery"),
-    ("12-pack drill bits", "12-pack of drill bits with sizes ranging from #40 to #3"),
-    ("hammer", "12oz carpenter's hammer"),
-    ("rocks", "box of assorted rocks"),
-    ("jacket", "water resistent black wind breaker"),
-    ("spare tire", "24 inch spare tire"),
-]
 WARMUP_MESSAGES = 20_000
-
-
-def envelope(index: int, rng: random.Random) -> bytes:
-    name, description = PRODUCTS[index % len(PRODUCTS)]
-    before = {"id": index, "name": name, "description": description, "weight": round(rng.uniform(0.1, 30), 3)}
-    after = {**before, "weight": round(rng.uniform(0.1, 30), 3)}
-    lsn = 24_023_128 + 48 * index
-    source = {
-        "version": "2.7.3.Final",
-        "connector": "postgresql",
-        "name": "dbserver1",
-        "ts_ms": 1_700_000_000_000 + index,
-        "db": "inventory",
-        "schema": "inventory",
-        "table": "products",
-        "txId": 767 + index,
-        "lsn": lsn,
-    }
-    event = {
-        "before": before,
-        "after": after,
-        "source": source,
-        "op": "u",
-        "ts_ms": 1_700_000_000_500 + index,
-    }
-    return orjson.dumps(event)
 
 
 def write_envelopes(path: Path, count: int, seed: int = 7) -> int:
