@@ -59,6 +59,12 @@ def plan_write(format_name: str, raw: Mapping[str, str], schema: StructType) -> 
     topic = options.get("topic")
     if topic is None:
         raise ConnectorOptionError("the sink needs option 'topic': the Kafka topic to write the envelopes to")
+    source_only = sorted(key for key in options.kafka if not key.lower().startswith("kafka."))
+    if source_only:
+        raise ConnectorOptionError(
+            f"{', '.join(source_only)}: Kafka source option(s), which a sink does not read; a sink takes "
+            "kafka.* settings, 'topic' and 'keyColumns'"
+        )
     producer_config = kafka_client.producer_config(options.kafka)
     if row_kind not in schema.fieldNames():
         raise ConnectorOptionError(

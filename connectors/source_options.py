@@ -14,7 +14,7 @@ from typing import Any
 
 from cdcflow.connectors import kafka_client
 from cdcflow.connectors.errors import ConnectorOptionError
-from cdcflow.formats.options import Option, boolean, integer, names, optional_string
+from cdcflow.formats.options import Option, boolean, integer, names, optional_string, show_default
 from cdcflow.formats.registry import FormatFactory
 
 CONNECTOR_OPTIONS: tuple[Option[Any], ...] = (
@@ -96,6 +96,12 @@ def split_options(raw: Mapping[str, str], factory: FormatFactory) -> SplitOption
             f"format options: {', '.join(factory.options.keys())}"
         )
     return SplitOptions(connector, kafka, format_options)
+
+
+def options_markdown() -> str:
+    """The connector options as a Markdown table (docs/connectors.md is checked against it)."""
+    rows = [f"| `{o.key}` | `{show_default(o.default)}` | {o.description} |" for o in CONNECTOR_OPTIONS]
+    return "\n".join(["| option | default | meaning |", "|---|---|---|", *rows])
 
 
 def include_headers(kafka: Mapping[str, str]) -> bool:

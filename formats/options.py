@@ -27,10 +27,10 @@ class Option(Generic[T]):
     description: str
 
     def describe(self, prefix: str) -> str:
-        return f"{prefix}.{self.key} (default {_show(self.default)}): {self.description}"
+        return f"{prefix}.{self.key} (default {show_default(self.default)}): {self.description}"
 
 
-def _show(value: object) -> str:
+def show_default(value: object) -> str:
     if isinstance(value, Enum):
         return str(value.value)
     if isinstance(value, re.Pattern):
@@ -132,5 +132,7 @@ class OptionSet:
 
     def markdown(self) -> str:
         """The options as a Markdown table (docs/formats.md is checked against it)."""
-        rows = [f"| `{key}` | `{_show(o.default)}` | {o.description} |" for key, o in self.options.items()]
+        rows = [
+            f"| `{key}` | `{show_default(o.default)}` | {o.description} |" for key, o in self.options.items()
+        ]
         return "\n".join(["| option | default | meaning |", "|---|---|---|", *rows])

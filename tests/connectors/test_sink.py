@@ -139,3 +139,18 @@ def test_sink_of_a_dataframe_without_row_kind_is_refused(
     assert "ConnectorOptionError: the DataFrame has no '_row_kind' column" in text
     assert "columns are ['id', 'name', 'description', 'weight']" in text
     assert records_in(kafka_cluster.bootstrap_servers, topic) == 0
+
+
+def test_sink_refuses_kafka_source_options(spark: SparkSession, kafka_cluster: KafkaCluster) -> None:
+    text = analysis_error(
+        lambda: (
+            changelog(spark)
+            .write.format("cdc-canal")
+            .option("kafka.bootstrap.servers", kafka_cluster.bootstrap_servers)
+            .option("topic", unique_topic("source-options"))
+            .option("startingOffsets", "earliest")
+            .mode("append")
+            .save()
+        )
+    )
+    assert "startingoffsets: Kafka source option(s), which a sink does not read" in text
