@@ -69,7 +69,7 @@ def stream_changelog(
 ) -> int:
     """Run the query to the end of the input available now; returns the number of micro-batches."""
     given = {key.lower(): value for key, value in options.items()}
-    metadata = [m for m in given.get("metadata", "").split(",") if m.strip()]
+    metadata = [m.strip() for m in given.get("metadata", "").split(",") if m.strip()]
     extra = [key for key in ORIGIN_COLUMNS if key not in metadata]
     stream = (
         spark.readStream.format(source)
@@ -84,4 +84,5 @@ def stream_changelog(
         .start()
     )
     query.awaitTermination()
-    return len(query.recentProgress)
+    batch_ids = [progress["batchId"] for progress in query.recentProgress]
+    return len(set(batch_ids))

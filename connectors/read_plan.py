@@ -156,6 +156,11 @@ def _dead_letters(options: SplitOptions, factory: FormatFactory) -> DeadLetterTa
                 "set deadLetterPath (a directory) or deadLetterTopic; cdcflow never drops records silently"
             )
         return None
+    if path is not None and "://" in path:
+        raise ConnectorOptionError(
+            f"deadLetterPath '{path}': each executor writes it with local file I/O, so it must be a local or "
+            "mounted shared directory, not a URL; or use deadLetterTopic"
+        )
     kafka = None
     if topic is not None:
         bootstrap = {k: v for k, v in options.kafka.items() if k.lower().startswith("kafka.")}

@@ -21,6 +21,7 @@ from pyspark.sql.streaming.datasource import (
 
 from cdcflow.connectors import kafka_client, replay
 from cdcflow.connectors.decode_batches import BatchDecoder
+from cdcflow.connectors.errors import ReplayFormatError
 from cdcflow.connectors.read_plan import KafkaInput, ReadPlan, ReplayInput
 from cdcflow.formats.base import Message
 
@@ -79,6 +80,12 @@ def _file_ranges(path: str, start: int, end: int, target_bytes: int) -> list[Fil
 def _replay_partitions(plan: ReadPlan, start: Offsets, end: Offsets) -> list[CdcInputPartition]:
     target = min(plan.max_records_per_partition * BYTES_PER_RECORD, MAX_SPLIT_BYTES)
     begun, ended = start.get("files", {}), end.get("files", {})
+    for path, size in ended.items():
+        if size < begun.get(path, 0):
+            raise ReplayFormatError(
+                f"file {path} shrank from {begun[path]} to {size} bytes since the last micro-batch: "
+                "replayed files must only grow; write new files instead of rewriting old ones"
+            )
     return [
         CdcInputPartition(split)
         for path in sorted(ended)
@@ -86,17 +93,23 @@ def _replay_partitions(plan: ReadPlan, start: Offsets, end: Offsets) -> list[Cdc
     ]
 
 
-def _kafka_partitions(plan: ReadPlan, start: Offsets, end: Offsets) -> list[CdcInputPartition]:
-    ranges = [
-        kafka_client.OffsetRange(topic, int(partition), start.get(topic, {}).get(partition, 0), stop)
-        for topic, partitions in sorted(end.items())
-        for partition, stop in sorted(partitions.items(), key=lambda item: int(item[0]))
-    ]
-    ranges = [r for r in ranges if r.end > r.start]
+def _kafka_partitions(plan: ReadPlan, ranges: list[kafka_client.OffsetRange]) -> list[CdcInputPartition]:
     return [
         CdcInputPartition(split)
         for split in kafka_client.split_ranges(ranges, plan.max_records_per_partition)
     ]
+
+
+def _stream_ranges(plan: ReadPlan, start: Offsets, end: Offsets) -> list[kafka_client.OffsetRange]:
+    """A micro-batch's ranges, with Spark's checks: partitions gone or offsets gone back are data loss."""
+    assert isinstance(plan.input, KafkaInput)  # noqa: S101
+    options = plan.input.options
+    begin, stop = kafka_client.offsets_from_json(start), kafka_client.offsets_from_json(end)
+    new = sorted(set(stop) - set(begin))
+    lows = {tp: low for tp, (low, _) in kafka_client.offset_bounds(options, new).items()} if new else {}
+    return kafka_client.stream_ranges(
+        begin, stop, new_partition_start=lows, fail_on_data_loss=options.fail_on_data_loss
+    )
 
 
 def _file_sizes(plan: ReadPlan, *, list_again: bool = False) -> Offsets:
@@ -115,9 +128,10 @@ class CdcBatchReader(DataSourceReader):
         if isinstance(plan.input, ReplayInput):
             return _replay_partitions(plan, {}, _file_sizes(plan))
         options = plan.input.options
-        start = kafka_client.offsets_to_json(kafka_client.batch_offsets(options, "starting"))
-        end = kafka_client.offsets_to_json(kafka_client.batch_offsets(options, "ending"))
-        return _kafka_partitions(plan, start, end)
+        ranges = kafka_client.batch_ranges(
+            kafka_client.batch_offsets(options, "starting"), kafka_client.batch_offsets(options, "ending")
+        )
+        return _kafka_partitions(plan, ranges)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.plan, partition)
@@ -145,13 +159,9 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         latest = self._available_now if self._available_now is not None else self._latest()
         if isinstance(self.plan.input, ReplayInput):
             return latest
-        merged = {
-            topic: {p: max(o, start.get(topic, {}).get(p, 0)) for p, o in parts.items()}
-            for topic, parts in latest.items()
-        }
         if isinstance(limit, ReadMaxRows):
-            return kafka_client.limit_offsets(start, merged, limit.max_rows)
-        return merged
+            return kafka_client.limit_offsets(start, latest, limit.max_rows)
+        return latest
 
     def reportLatestOffset(self) -> Offsets:
         return self._latest()
@@ -164,7 +174,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
         if isinstance(self.plan.input, ReplayInput):
             return _replay_partitions(self.plan, start, end)
-        return _kafka_partitions(self.plan, start, end)
+        return _kafka_partitions(self.plan, _stream_ranges(self.plan, start, end))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(self.plan, partition)

@@ -81,6 +81,11 @@ def plan_write(format_name: str, raw: Mapping[str, str], schema: StructType) -> 
         topic=topic,
         producer_config=producer_config,
     )
+    if not plan.key_columns:
+        raise ConnectorOptionError(
+            "the sink needs option 'keyColumns': the primary-key columns, which key the Kafka records and "
+            "pair each -U with the +U of the same row"
+        )
     for column in plan.key_columns:
         if column not in table:
             raise ConnectorOptionError(f"keyColumns names '{column}', which is not a column ({table.names})")

@@ -34,7 +34,12 @@ CONNECTOR_OPTIONS: tuple[Option[Any], ...] = (
         "Metadata columns to add, comma separated: topic, partition, offset, timestamp, key, headers, "
         "file, line, and the format's own (e.g. source.table)",
     ),
-    Option("deadLetterPath", optional_string, None, "Directory for rejected records (JSON lines)"),
+    Option(
+        "deadLetterPath",
+        optional_string,
+        None,
+        "Directory for rejected records (JSON lines), local or mounted on every executor",
+    ),
     Option("deadLetterTopic", optional_string, None, "Kafka topic for rejected records"),
     Option("maxOffsetsPerTrigger", integer, 0, "Streaming: at most this many Kafka records per micro-batch"),
     Option(
@@ -44,7 +49,7 @@ CONNECTOR_OPTIONS: tuple[Option[Any], ...] = (
         "Split a Kafka partition range (or a replay file, by ~400 bytes a record) into input partitions",
     ),
     Option("topic", optional_string, None, "Sink: the Kafka topic to write (also the Avro subject's topic)"),
-    Option("keyColumns", names, (), "Sink: the primary-key columns that form the Kafka key"),
+    Option("keyColumns", names, (), "Sink (required): the primary-key columns that form the Kafka key"),
 )
 _BY_KEY = {option.key.lower(): option for option in CONNECTOR_OPTIONS}
 

@@ -154,3 +154,18 @@ def test_sink_refuses_kafka_source_options(spark: SparkSession, kafka_cluster: K
         )
     )
     assert "startingoffsets: Kafka source option(s), which a sink does not read" in text
+
+
+def test_sink_needs_key_columns(spark: SparkSession, kafka_cluster: KafkaCluster) -> None:
+    """Without a key, -U/+U of different rows would pair up: the sink refuses to guess."""
+    text = analysis_error(
+        lambda: (
+            changelog(spark)
+            .write.format("cdc-canal")
+            .option("kafka.bootstrap.servers", kafka_cluster.bootstrap_servers)
+            .option("topic", unique_topic("no-key"))
+            .mode("append")
+            .save()
+        )
+    )
+    assert "the sink needs option 'keyColumns'" in text

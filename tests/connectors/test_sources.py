@@ -584,3 +584,22 @@ def test_register_is_explicit_and_idempotent(spark: SparkSession) -> None:
     cdcflow.register(spark)
     cdcflow.register(spark)
     assert rendered(debezium(spark).load(str(EXCLUDE))) == GOLDEN_ROWS
+
+
+def test_batch_start_after_end_is_an_error_not_an_empty_read(
+    spark: SparkSession, kafka_cluster: KafkaCluster
+) -> None:
+    topic = unique_topic("start-after-end")
+    kafka_cluster.create_topic(topic, PARTITIONS)
+    messages = with_offsets(product_messages(), topic)
+    kafka_client.produce_messages(kafka_cluster.bootstrap_servers, messages, topic)
+    others = {str(p): 0 for p in range(1, PARTITIONS)}
+    reader = (
+        debezium(spark)
+        .option("kafka.bootstrap.servers", kafka_cluster.bootstrap_servers)
+        .option("subscribe", topic)
+        .option("startingOffsets", orjson.dumps({topic: {"0": 3, **others}}).decode())
+        .option("endingOffsets", orjson.dumps({topic: {"0": 1, **others}}).decode())
+    )
+    with pytest.raises(Exception, match="starting offset 3 is after the ending offset 1"):
+        reader.load().collect()
