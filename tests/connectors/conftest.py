@@ -5,4 +5,5 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent.parent / "formats"))
 
 from kafka_fixture import kafka_cluster  # noqa: E402, F401 - a session fixture
+from source_cases import products  # noqa: E402, F401 - a fixture of the source tests
 from spark_fixture import spark  # noqa: E402, F401 - a session fixture

@@ -1,0 +1,136 @@
+"""The ``cdc-*`` sources over recorded topics: topic dumps read like the topic, directory streams,
+and a replay's choice of input and dead-letter target."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from kafka_fixture import KafkaCluster, unique_topic
+from pyspark.sql import SparkSession
+from source_cases import (
+    EXCLUDE,
+    GOLDEN_ROWS,
+    KAFKA_METADATA,
+    LINE_OF_ROW,
+    PRODUCTS,
+    ProductsTopic,
+    debezium,
+    expected_rows,
+    observed,
+    render,
+    rendered,
+    topic_records,
+)
+
+from cdcflow.connectors.errors import ConnectorOptionError
+from cdcflow.connectors.read_plan import plan_read
+from cdcflow.connectors.readers import CdcStreamReader
+from cdcflow.connectors.replay import record_topic
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_replay_can_send_its_dead_letters_to_a_topic(
+    spark: SparkSession, kafka_cluster: KafkaCluster, products: ProductsTopic, tmp_path: Path
+) -> None:
+    dead = unique_topic("dl-replay")
+    kafka_cluster.create_topic(dead, 1)
+    lines = EXCLUDE.read_bytes().splitlines()
+    source = tmp_path / "events.txt"
+    source.write_bytes(b"\n".join([lines[0], b"{oops", lines[1]]))
+    df = (
+        debezium(spark)
+        .option("kafka.bootstrap.servers", products.bootstrap)
+        .option("deadLetterTopic", dead)
+        .load(str(source))
+    )
+    assert rendered(df) == GOLDEN_ROWS[:2]
+    letters = topic_records(products.bootstrap, dead)
+    assert [(m.key, m.value, dict(m.headers)["cdcflow.error.origin"]) for m in letters] == [
+        (None, b"{oops", f"{source}:2".encode())
+    ]
+
+
+def test_a_replay_with_a_kafka_subscription_is_refused(tmp_path: Path) -> None:
+    options = {
+        "path": str(EXCLUDE),
+        "columns": PRODUCTS,
+        "kafka.bootstrap.servers": "b:9092",
+        "subscribe": "t",
+    }
+    with pytest.raises(ConnectorOptionError, match="both 'path' .* and Kafka options are set: use one input"):
+        plan_read("debezium-json", options, None)
+
+
+# --- recorded topics ----------------------------------------------------------------------------
+
+
+def test_a_recorded_topic_dump_reads_like_the_topic(
+    spark: SparkSession, products: ProductsTopic, tmp_path: Path
+) -> None:
+    dump = tmp_path / "products.jsonl"
+    summary = record_topic({"kafka.bootstrap.servers": products.bootstrap, "subscribe": products.name}, dump)
+    assert summary.records == len(products.messages)
+    metadata = f"source.table,{KAFKA_METADATA}"
+    direct = observed(
+        products.reader(spark).option("subscribe", products.name).option("metadata", metadata).load()
+    )
+    replayed = debezium(spark).option("metadata", metadata).load(str(dump))
+    assert observed(replayed) == direct == expected_rows(products.messages)
+    assert observed(replayed) == direct  # a replay gives the same every time
+
+
+def test_streaming_replay_of_a_directory_reads_each_file_once(spark: SparkSession, tmp_path: Path) -> None:
+    source, out, checkpoint = tmp_path / "in", tmp_path / "out", tmp_path / "checkpoint"
+    source.mkdir()
+    lines = EXCLUDE.read_bytes().splitlines(keepends=True)
+    (source / "a.txt").write_bytes(b"".join(lines[:9]))
+    (source / "b.txt").write_bytes(b"".join(lines[9:12]))
+
+    def run() -> None:
+        query = (
+            spark.readStream.format("cdc-debezium")
+            .option("columns", PRODUCTS)
+            .option("metadata", "file,line")
+            .load(str(source))
+            .writeStream.format("parquet")
+            .option("path", str(out))
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+        assert query.exception() is None
+
+    def written() -> list[tuple[str, int, str]]:
+        rows = spark.read.parquet(str(out)).toArrow().to_pylist()
+        return sorted((Path(r["file"]).name, r["line"], render(r)) for r in rows)
+
+    def rows_of(name: str, first_line: int, last_line: int) -> list[tuple[str, int, str]]:
+        """The golden rows of EXCLUDE's lines [first_line, last_line], numbered in their new file."""
+        return [
+            (name, line - first_line + 1, row)
+            for line, row in zip(LINE_OF_ROW, GOLDEN_ROWS, strict=True)
+            if first_line <= line <= last_line
+        ]
+
+    run()
+    first = rows_of("a.txt", 1, 9) + rows_of("b.txt", 10, 12)
+    assert written() == sorted(first)
+    (source / "c.txt").write_bytes(b"".join(lines[12:]))
+    run()  # the same checkpoint: only the new file is read
+    assert written() == sorted(first + rows_of("c.txt", 13, 16))
+
+
+def test_a_running_replay_stream_sees_files_added_to_its_directory(tmp_path: Path) -> None:
+    lines = EXCLUDE.read_bytes().splitlines(keepends=True)
+    (tmp_path / "a.txt").write_bytes(b"".join(lines[:2]))
+    reader = CdcStreamReader(plan_read("debezium-json", {"path": str(tmp_path), "columns": PRODUCTS}, None))
+    limit = reader.getDefaultReadLimit()
+    first = reader.latestOffset(reader.initialOffset(), limit)
+    (tmp_path / "b.txt").write_bytes(b"".join(lines[2:4]))
+    second = reader.latestOffset(first, limit)
+    assert sorted(second["files"]) == [str(tmp_path / "a.txt"), str(tmp_path / "b.txt")]
+    batches = [batch for p in reader.partitions(first, second) for batch in reader.read(p)]
+    assert [render(row) for batch in batches for row in batch.to_pylist()] == GOLDEN_ROWS[2:4]
