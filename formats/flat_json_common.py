@@ -42,6 +42,7 @@ from cdcflow.formats.jsonenc import (
     value_encoder,
 )
 from cdcflow.formats.options import Option, OptionSet, boolean, optional_string, regex
+from cdcflow.formats.registry import FormatFactory
 from cdcflow.formats.types import DataType, Schema, TypeKind
 from cdcflow.formats.values import EPOCH_UTC, Converter, RowConverter, converter
 
@@ -382,3 +383,24 @@ class JsonImageEncoder(FlatJsonEncoder):
     def __init__(self, config: FlatJsonConfig, key_columns: Sequence[str]) -> None:
         super().__init__(config, key_columns)
         self._writer = JsonImageWriter(self.schema, config)
+
+
+class FlatJsonFormat(FormatFactory):
+    """The factory of a flat JSON format whose decoder and encoder take a :class:`FlatJsonConfig`."""
+
+    decoder_class: ClassVar[type[FlatJsonDecoder]]
+    encoder_class: ClassVar[type[FlatJsonEncoder]]
+
+    def create_decoder(
+        self, options: Mapping[str, str], schema: Schema | None = None, metadata: Sequence[str] = ()
+    ) -> FlatJsonDecoder:
+        config = FlatJsonConfig.from_options(
+            self.options, self.metadata_columns, options, self.require_schema(schema), metadata
+        )
+        return type(self).decoder_class(config)
+
+    def create_encoder(
+        self, options: Mapping[str, str], schema: Schema, key_columns: Sequence[str] = ()
+    ) -> FlatJsonEncoder:
+        config = FlatJsonConfig.from_options(self.options, self.metadata_columns, options, schema)
+        return type(self).encoder_class(config, key_columns)

@@ -13,7 +13,7 @@ Encoding writes an update as ONE ``update`` message with ``old`` holding exactly
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -31,8 +31,8 @@ from cdcflow.formats.base import (
 )
 from cdcflow.formats.errors import FieldError
 from cdcflow.formats.flat_json_common import (
-    FlatJsonConfig,
     FlatJsonDecoder,
+    FlatJsonFormat,
     JsonImageEncoder,
     MetadataSource,
     add_metadata,
@@ -41,8 +41,7 @@ from cdcflow.formats.flat_json_common import (
     key_bytes,
     target_options,
 )
-from cdcflow.formats.registry import FormatFactory
-from cdcflow.formats.types import STRING, TIMESTAMP_LTZ_MILLIS, DataType, Schema, TypeKind
+from cdcflow.formats.types import STRING, TIMESTAMP_LTZ_MILLIS, DataType, TypeKind
 from cdcflow.formats.values import converter
 
 NAME = "maxwell-json"
@@ -136,22 +135,9 @@ class MaxwellJsonEncoder(JsonImageEncoder):
         return Encoded(key_bytes(image, self.key_columns, self._writer), orjson.dumps(message))
 
 
-class MaxwellJsonFormat(FormatFactory):
+class MaxwellJsonFormat(FlatJsonFormat):
     name = NAME
     options = OPTIONS
     metadata_columns = METADATA
-
-    def create_decoder(
-        self, options: Mapping[str, str], schema: Schema | None = None, metadata: Sequence[str] = ()
-    ) -> MaxwellJsonDecoder:
-        config = FlatJsonConfig.from_options(
-            OPTIONS, METADATA, options, self.require_schema(schema), metadata
-        )
-        return MaxwellJsonDecoder(config)
-
-    def create_encoder(
-        self, options: Mapping[str, str], schema: Schema, key_columns: Sequence[str] = ()
-    ) -> MaxwellJsonEncoder:
-        return MaxwellJsonEncoder(
-            FlatJsonConfig.from_options(OPTIONS, METADATA, options, schema), key_columns
-        )
+    decoder_class = MaxwellJsonDecoder
+    encoder_class = MaxwellJsonEncoder

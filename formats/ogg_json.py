@@ -10,7 +10,7 @@ an insert); ``op_ts``, ``current_ts`` and ``pos`` are not written.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -28,8 +28,8 @@ from cdcflow.formats.base import (
 )
 from cdcflow.formats.errors import FieldError
 from cdcflow.formats.flat_json_common import (
-    FlatJsonConfig,
     FlatJsonDecoder,
+    FlatJsonFormat,
     JsonImageEncoder,
     MetadataSource,
     add_metadata,
@@ -37,8 +37,7 @@ from cdcflow.formats.flat_json_common import (
     key_bytes,
     target_options,
 )
-from cdcflow.formats.registry import FormatFactory
-from cdcflow.formats.types import STRING, DataType, Schema, TypeKind, atomic
+from cdcflow.formats.types import STRING, DataType, TypeKind, atomic
 from cdcflow.formats.values import converter
 
 NAME = "ogg-json"
@@ -119,20 +118,9 @@ class OggJsonEncoder(JsonImageEncoder):
         return Encoded(key_bytes(image, self.key_columns, self._writer), orjson.dumps(message))
 
 
-class OggJsonFormat(FormatFactory):
+class OggJsonFormat(FlatJsonFormat):
     name = NAME
     options = OPTIONS
     metadata_columns = METADATA
-
-    def create_decoder(
-        self, options: Mapping[str, str], schema: Schema | None = None, metadata: Sequence[str] = ()
-    ) -> OggJsonDecoder:
-        config = FlatJsonConfig.from_options(
-            OPTIONS, METADATA, options, self.require_schema(schema), metadata
-        )
-        return OggJsonDecoder(config)
-
-    def create_encoder(
-        self, options: Mapping[str, str], schema: Schema, key_columns: Sequence[str] = ()
-    ) -> OggJsonEncoder:
-        return OggJsonEncoder(FlatJsonConfig.from_options(OPTIONS, METADATA, options, schema), key_columns)
+    decoder_class = OggJsonDecoder
+    encoder_class = OggJsonEncoder
