@@ -22,6 +22,8 @@ from pyspark.sql.types import StructType
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from cdcflow.connectors.read_plan import ReadPlan
+
 
 class CdcSource(DataSource):
     """A changelog source and sink for one format; subclasses name the format."""
@@ -34,29 +36,17 @@ class CdcSource(DataSource):
         return cls.short_name
 
     def schema(self) -> StructType:
-        return self._derived_output()
-
-    def _derived_output(self) -> StructType:
-        """The output when the user gives no ``.schema(...)``; planned once per source instance."""
-        from cdcflow.connectors.read_plan import plan_read
-
-        cached: StructType | None = getattr(self, "_derived", None)
-        if cached is None:
-            cached = plan_read(self.format_name, self.options, None).output
-            self._derived = cached
-        return cached
+        return self._derived_plan().output
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from cdcflow.connectors.read_plan import plan_read
         from cdcflow.connectors.readers import CdcBatchReader
 
-        return CdcBatchReader(plan_read(self.format_name, self.options, self._user_schema(schema)))
+        return CdcBatchReader(self._plan(schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from cdcflow.connectors.read_plan import plan_read
         from cdcflow.connectors.readers import CdcStreamReader
 
-        return CdcStreamReader(plan_read(self.format_name, self.options, self._user_schema(schema)))
+        return CdcStreamReader(self._plan(schema))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from cdcflow.connectors.sink import KafkaChangelogWriter, plan_write
@@ -68,15 +58,26 @@ class CdcSource(DataSource):
 
         return KafkaChangelogStreamWriter(plan_write(self.format_name, self.options, schema))
 
-    def _user_schema(self, schema: StructType) -> StructType | None:
+    def _derived_plan(self) -> ReadPlan:
+        """The read without a user ``.schema(...)``: planned (and columns inferred) once per source."""
+        from cdcflow.connectors.read_plan import plan_read
+
+        cached: ReadPlan | None = getattr(self, "_derived", None)
+        if cached is None:
+            cached = plan_read(self.format_name, self.options, None)
+            self._derived = cached
+        return cached
+
+    def _plan(self, schema: StructType) -> ReadPlan:
         """Spark passes the user's ``.schema(...)``, or else what :meth:`schema` returned."""
         from cdcflow.connectors.errors import ConnectorOptionError
+        from cdcflow.connectors.read_plan import plan_read
 
         try:
-            derived = self._derived_output()
+            derived = self._derived_plan()
         except ConnectorOptionError:
-            return schema
-        return None if schema == derived else schema
+            return plan_read(self.format_name, self.options, schema)  # a user schema is needed here
+        return derived if schema == derived.output else plan_read(self.format_name, self.options, schema)
 
 
 class DebeziumSource(CdcSource):
