@@ -31,3 +31,11 @@ class SparkSetupError(ConnectorError, RuntimeError):
 
 class ConnectorNotSupportedError(ConnectorError, NotImplementedError):
     """A parameter combination the Spark side does not run yet; the message names what does."""
+
+
+class DeltaSchemaError(ConnectorError, ValueError):
+    """A changelog's columns cannot be written to its Delta table: names the column and the fix."""
+
+
+class ChangelogConsistencyError(ConnectorError, ValueError):
+    """A changelog breaks what the Delta sink relies on (null keys, an unpaired -U): names batch and key."""

@@ -18,6 +18,7 @@ import orjson
 from cdcflow.core.from_envelopes import FromChangelog
 from cdcflow.core.model import Change, Row
 from cdcflow.core.params import plan_from_changelog
+from cdcflow.formats.debezium_position import source_sequence
 from cdcflow.formats.base import FormatMetrics, MetadataColumn, metadata_column_name, metadata_schema
 from cdcflow.formats.base import output_schema as base_output_schema
 from cdcflow.formats.errors import FieldError
@@ -105,6 +106,11 @@ METADATA = (
     ),
     MetadataColumn("schema", STRING, "the Kafka Connect schema block as JSON text (schema-include only)"),
     MetadataColumn("source.lsn", BIGINT, "PostgreSQL log sequence number (source.lsn)"),
+    MetadataColumn(
+        "source.sequence",
+        DataType(TypeKind.ARRAY, element=BIGINT),
+        "the change's log position as sortable integers (PostgreSQL, MySQL, SQL Server, Oracle)",
+    ),
 )
 
 
@@ -156,6 +162,8 @@ def metadata_values(
             value = list(missing)
         elif key == "schema":
             value = schema_text
+        elif key == "source.sequence":
+            value = source_sequence(source)
         else:  # source.lsn
             lsn = source.get("lsn")
             value = lsn if isinstance(lsn, int) else None

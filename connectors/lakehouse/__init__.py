@@ -1,0 +1,1 @@
+"""Lakehouse ingestion: changelogs applied to Delta tables (delta-rs) exactly once, and versioned tables."""
