@@ -55,6 +55,7 @@ class ReadPlan:
     dead_letters: DeadLetterTarget | None
     include_headers: bool
     max_offsets_per_trigger: int
+    max_bytes_per_trigger: int
     max_records_per_partition: int
 
 
@@ -100,6 +101,7 @@ def plan_read(format_name: str, raw: Mapping[str, str], user_schema: st.StructTy
         dead_letters=dead_letters,
         include_headers=headers,
         max_offsets_per_trigger=options.get("maxOffsetsPerTrigger"),
+        max_bytes_per_trigger=options.get("maxBytesPerTrigger"),
         max_records_per_partition=max(1, options.get("maxRecordsPerPartition")),
     )
 

@@ -112,6 +112,22 @@ def _stream_ranges(plan: ReadPlan, start: Offsets, end: Offsets) -> list[kafka_c
     )
 
 
+def _limit_bytes(start: Offsets, latest: Offsets, budget: int) -> Offsets:
+    """``latest``, or less so that at most ``budget`` new bytes are read (files in name order)."""
+    if budget <= 0:
+        return latest
+    begun, sizes = start.get("files", {}), latest["files"]
+    end = dict(begun)
+    for path in sorted(sizes):
+        new = sizes[path] - begun.get(path, 0)
+        if new <= 0:
+            end.setdefault(path, sizes[path])
+            continue
+        end[path] = begun.get(path, 0) + min(new, budget)
+        budget -= min(new, budget)
+    return {"files": end}
+
+
 def _file_sizes(plan: ReadPlan, *, list_again: bool = False) -> Offsets:
     """Bytes per file: the planned files, or (streams) the files the path names now."""
     assert isinstance(plan.input, ReplayInput)  # noqa: S101
@@ -158,7 +174,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
         latest = self._available_now if self._available_now is not None else self._latest()
         if isinstance(self.plan.input, ReplayInput):
-            return latest
+            return _limit_bytes(start, latest, self.plan.max_bytes_per_trigger)
         if isinstance(limit, ReadMaxRows):
             return kafka_client.limit_offsets(start, latest, limit.max_rows)
         return latest

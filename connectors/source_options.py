@@ -43,6 +43,12 @@ CONNECTOR_OPTIONS: tuple[Option[Any], ...] = (
     Option("deadLetterTopic", optional_string, None, "Kafka topic for rejected records"),
     Option("maxOffsetsPerTrigger", integer, 0, "Streaming: at most this many Kafka records per micro-batch"),
     Option(
+        "maxBytesPerTrigger",
+        integer,
+        0,
+        "Streaming over recorded files: at most about this many bytes of input per micro-batch",
+    ),
+    Option(
         "maxRecordsPerPartition",
         integer,
         200_000,

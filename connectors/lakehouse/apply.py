@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -143,6 +143,14 @@ class DeltaChangeApplier:
         """The last batch id committed to the target table (-1 when none)."""
         return key_state.applied_version(key_state.open_table(self.target), self.app_id)
 
+    def done(self, batch_id: int) -> bool:
+        """Whether ``batch_id`` is already in the target table (and in the key state, when kept)."""
+        if key_state.applied_version(key_state.open_table(self.target), self.app_id) < batch_id:
+            return False
+        if not self.options.stateful or not self.state_path:
+            return True
+        return key_state.applied_version(key_state.open_table(self.state_path), self.app_id) >= batch_id
+
     def apply(self, table: pa.Table, batch_id: int) -> BatchApplied:
         started = time.perf_counter()
         result = BatchApplied(batch_id, changes=table.num_rows)
@@ -262,7 +270,7 @@ class DeltaChangeApplier:
         key = list(options.key)
         data_columns = [n for n in batch.data.schema.names if n not in (IDX, SEQ)]
         known = key_state.load(state, key, batch.data, now, options.delete_retention, options.state_ttl)
-        live: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+        live: dict[tuple[Any, ...], list[tuple[int, dict[str, Any]]]] = {}
         sequences: dict[tuple[Any, ...], bytes | None] = {}
         slots_before: dict[tuple[Any, ...], set[int]] = {}
         for row in known.to_pylist() if known is not None else []:
@@ -271,13 +279,13 @@ class DeltaChangeApplier:
             if row[SLOT] == -1:
                 sequences[k] = row[STATE_SEQ]
             else:
-                live.setdefault(k, []).append((row[SLOT], {c: row.get(c) for c in data_columns}))  # type: ignore[arg-type]
-        ordered = {k: [r for _, r in sorted(rows, key=lambda p: p[0])] for k, rows in live.items()}  # type: ignore[misc]
+                live.setdefault(k, []).append((row[SLOT], {c: row.get(c) for c in data_columns}))
+        ordered = {k: [r for _, r in sorted(slots, key=lambda p: p[0])] for k, slots in live.items()}
         materializer = UpsertMaterializer(
             options.upsert_key or None,
             compare_columns=[c for c in data_columns if c not in options.exclude],
             on_unmatched=lambda change: log.warning(
-                "batch %d: retraction %s matched no live row of its key (state expired, or it was never added)",
+                "batch %d: retraction %s matched no live row of its key (state expired, or never added)",
                 batch.batch_id,
                 change,
             ),
@@ -292,7 +300,7 @@ class DeltaChangeApplier:
             row = rows[index]
             k = tuple(row[c] for c in key)
             seq = row.get(SEQ)
-            if seq is not None and sequences.get(k) is not None and seq < sequences[k]:  # type: ignore[operator]
+            if seq is not None and sequences.get(k) is not None and seq < sequences[k]:
                 result.late += 1
                 continue
             if seq is not None:
@@ -332,7 +340,7 @@ class DeltaChangeApplier:
         out: list[dict[str, Any]] = []
         for k in touched:
             rows = ordered.get(k, [])
-            marker = {c: v for c, v in zip(key, k, strict=True)}
+            marker = dict(zip(key, k, strict=True))
             kept: set[int] = set()
             for slot, row in enumerate(rows):
                 out.append(

@@ -28,7 +28,7 @@ class ChangeBatch:
 
     @property
     def num_rows(self) -> int:
-        return self.data.num_rows
+        return int(self.data.num_rows)
 
     def where(self, index: int) -> str:
         """Where row ``index`` came from (topic/partition@offset or file:line when the batch has them)."""

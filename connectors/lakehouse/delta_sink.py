@@ -1,0 +1,164 @@
+"""The Spark side of the Delta sink: each micro-batch of a changelog DataFrame applied exactly once.
+
+    query = apply_changes(changelog_df, "/lake/products", key=["id"], checkpoint="/chk/products")
+
+Each batch is collected to the driver as Arrow (``DataFrame.toArrow``) and applied by one delta-rs
+merge (:mod:`.apply`); the batch id Spark replays after a failure is found in the Delta log and
+skipped. The application id is the streaming query's id, read from the checkpoint, so a query that
+restarts from its checkpoint keeps it; a new checkpoint is a new query that applies everything again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from cdcflow.connectors.errors import ConnectorOptionError
+from cdcflow.connectors.lakehouse.apply import ApplyOptions, BatchApplied, DeltaChangeApplier, Materialize
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+    from pyspark.sql.streaming.query import StreamingQuery
+
+STATE_DIR = "cdcflow-key-state"
+
+
+def checkpoint_query_id(checkpoint: str) -> str:
+    """The id Spark keeps in ``<checkpoint>/metadata``: stable across restarts from the checkpoint."""
+    path = os.path.join(_local(checkpoint), "metadata")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return str(json.loads(handle.readline())["id"])
+    except (OSError, ValueError, KeyError) as error:
+        raise ConnectorOptionError(
+            f"cannot read the streaming query id from {path} ({error}); the Delta sink needs a local or "
+            "mounted checkpointLocation, or an explicit app_id"
+        ) from None
+
+
+def _local(path: str) -> str:
+    return path[len("file://") :] if path.startswith("file://") else path
+
+
+@dataclass
+class SinkProgress:
+    """Totals over the batches a sink applied in this process (read by the progress line)."""
+
+    batches: int = 0
+    skipped: int = 0
+    changes: int = 0
+    upserts: int = 0
+    deletes: int = 0
+    late: int = 0
+    unmatched_retractions: int = 0
+    apply_seconds: float = 0.0
+    last: BatchApplied | None = None
+    latencies: list[float] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, applied: BatchApplied) -> None:
+        with self.lock:
+            self.batches += 1
+            self.skipped += int(applied.skipped)
+            self.changes += applied.changes
+            self.upserts += applied.upserts
+            self.deletes += applied.deletes
+            self.late += applied.late
+            self.unmatched_retractions += applied.unmatched_retractions
+            self.apply_seconds += applied.seconds
+            self.latencies.append(applied.seconds)
+            self.last = applied
+
+
+class DeltaSink:
+    """A ``foreachBatch`` function applying each micro-batch to the Delta table at ``target``."""
+
+    def __init__(
+        self,
+        target: str,
+        options: ApplyOptions,
+        checkpoint: str,
+        app_id: str | None = None,
+        on_batch: Callable[[BatchApplied], None] | None = None,
+    ) -> None:
+        self.target = target
+        self.options = options
+        self.checkpoint = checkpoint
+        self.app_id = app_id
+        self.progress = SinkProgress()
+        self.on_batch = on_batch
+        self._applier: DeltaChangeApplier | None = None
+
+    def applier(self) -> DeltaChangeApplier:
+        if self._applier is None:
+            app_id = self.app_id or f"cdcflow-{checkpoint_query_id(self.checkpoint)}"
+            state = os.path.join(_local(self.checkpoint), STATE_DIR) if self.options.stateful else None
+            self._applier = DeltaChangeApplier(self.target, self.options, app_id=app_id, state_path=state)
+        return self._applier
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        applier = self.applier()
+        applied = applier.apply(batch.toArrow(), batch_id) if not applier.done(batch_id) else None
+        result = applied or BatchApplied(batch_id, skipped=True)
+        self.progress.add(result)
+        if self.on_batch is not None:
+            self.on_batch(result)
+
+
+def apply_options(
+    key: Sequence[str],
+    *,
+    sequence_by: str | None = None,
+    materialize: str | Materialize = Materialize.AUTO,
+    upsert_key: Sequence[str] | None = None,
+    row_kind_column: str = "_row_kind",
+    exclude: Sequence[str] = (),
+    delete_retention: timedelta = timedelta(days=7),
+    state_ttl: timedelta | None = None,
+) -> ApplyOptions:
+    return ApplyOptions(
+        key=tuple(key),
+        sequence_by=sequence_by,
+        materialize=Materialize.parse(materialize),
+        upsert_key=tuple(upsert_key) if upsert_key is not None else None,
+        row_kind_column=row_kind_column,
+        exclude=tuple(exclude),
+        delete_retention=delete_retention,
+        state_ttl=state_ttl,
+    )
+
+
+def apply_changes(
+    changelog: DataFrame,
+    target: str,
+    *,
+    key: Sequence[str],
+    checkpoint: str,
+    trigger: Mapping[str, Any] | None = None,
+    app_id: str | None = None,
+    **options: object,
+) -> StreamingQuery:
+    """Start a streaming query applying ``changelog`` (with a row-kind column) to a Delta table.
+
+    ``options`` are :func:`apply_options`' keywords (sequence_by, materialize, upsert_key, ...);
+    ``trigger`` is ``writeStream.trigger``'s keywords, e.g. ``{"availableNow": True}``.
+    """
+    if not changelog.isStreaming:
+        raise ConnectorOptionError(
+            "apply_changes needs a streaming DataFrame; apply a batch DataFrame with "
+            "DeltaChangeApplier(target, apply_options(...), app_id=...).apply(df.toArrow(), batch_id)"
+        )
+    sink = DeltaSink(target, apply_options(key, **options), checkpoint, app_id)  # type: ignore[arg-type]
+    writer = changelog.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
+    if trigger:
+        writer = writer.trigger(**trigger)
+    return writer.start()
+
+
+def with_app_id(options: ApplyOptions, **changes: object) -> ApplyOptions:
+    return replace(options, **changes)  # type: ignore[arg-type]

@@ -1,0 +1,267 @@
+"""A changelog kept as a versioned table: SCD type 2 history rows in Delta, one merge per batch, exactly once.
+
+Each row of the table is a :class:`cdcflow.core.Version`: the data columns of the change that opened it,
+plus ``valid_from`` (that change's time) and ``valid_to`` (the time of the change that ended it, NULL
+while it still holds). Rows are unique on ``(key, valid_from)``. A row with ``valid_from = valid_to`` is
+a tombstone, valid at no time: a delete that ended no version yet, kept so that an insert arriving
+later with an earlier time still ends there.
+
+Per batch the writer reads the existing versions of the batch's keys, turns them back into changes (a
+version whose ``valid_to`` is not the next version's ``valid_from`` ended with a delete), adds the
+batch's changes and rebuilds those keys' history with :func:`cdcflow.core.versions_of`. Changes that
+arrive late (older than versions already written) land where their time puts them. The difference is
+written as ONE delta-rs merge on ``(key, valid_from)`` whose commit records ``(app_id, batch_id)``: new
+versions are inserted, changed ones updated, vanished ones (replaced by a change at the same time)
+deleted, and a replayed batch finds its id and is skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+
+from cdcflow.connectors.errors import ChangelogConsistencyError, ConnectorOptionError
+from cdcflow.connectors.lakehouse.delta_schema import conform, to_delta_columns
+from cdcflow.core import CdcflowError, Change, RowKind, Version, versions_of
+from cdcflow.core.versioned import changelog_of, event_time, key_tuple
+
+log = logging.getLogger(__name__)
+
+OP = "_cdcflow_op"
+"""The merge source's action column: U (insert or update the version) or D (delete it)."""
+
+
+@dataclass(frozen=True)
+class HistoryResult:
+    """What one batch did to the history table."""
+
+    batch_id: int
+    skipped: bool = False
+    changes: int = 0
+    """Rows of the batch, ``-U`` included (they carry nothing a ``+U`` does not)."""
+    keys: int = 0
+    late: int = 0
+    """Changes older than what the table already held for their key (placed in the past, not dropped)."""
+    versions_inserted: int = 0
+    versions_updated: int = 0
+    versions_deleted: int = 0
+    table_version: int | None = None
+
+
+class DeltaHistoryWriter:
+    """Writes changelog batches (Arrow tables with a row-kind column) as the SCD2 history at ``target``."""
+
+    def __init__(
+        self,
+        target: str,
+        key: Sequence[str],
+        time: str,
+        *,
+        app_id: str,
+        row_kind_column: str = "_row_kind",
+        valid_from: str = "valid_from",
+        valid_to: str = "valid_to",
+    ) -> None:
+        self.key = (key,) if isinstance(key, str) else tuple(key)
+        names = [*self.key, time, row_kind_column, valid_from, valid_to, OP]
+        if not self.key or len(set(names)) != len(names):
+            raise ConnectorOptionError(
+                f"key={list(self.key)}, time={time!r}, row_kind_column={row_kind_column!r}, "
+                f"valid_from={valid_from!r} and valid_to={valid_to!r} must be distinct, non-empty names "
+                f"(and not {OP!r})"
+            )
+        if not app_id:
+            raise ConnectorOptionError(
+                "app_id: name the writer (e.g. the query name); it makes batches idempotent"
+            )
+        self.target = target
+        self.time = time
+        self.app_id = app_id
+        self.row_kind_column = row_kind_column
+        self.valid_from = valid_from
+        self.valid_to = valid_to
+
+    def applied_batch(self) -> int:
+        """The last batch id committed to the table (-1 when none)."""
+        table = self._open()
+        version = table.transaction_version(self.app_id) if table is not None else None
+        return -1 if version is None else int(version)
+
+    def apply(self, batch: pa.Table | pa.RecordBatch, batch_id: int) -> HistoryResult:
+        if isinstance(batch, pa.RecordBatch):
+            batch = pa.Table.from_batches([batch])
+        table = self._open()
+        if table is not None:
+            done = table.transaction_version(self.app_id)
+            if done is not None and done >= batch_id:
+                log.info("batch %d already in %s (app %s): skipped", batch_id, self.target, self.app_id)
+                return HistoryResult(batch_id, skipped=True, table_version=table.version())
+        data, changes = self._changes(batch, batch_id)
+        keys = {key_tuple(change.row, self.key, index) for index, change in enumerate(changes)}
+        existing = self._existing(table, keys) if table is not None else []
+        history = versions_of(
+            [*changelog_of(existing, self.time), *changes], self.key, self.time, keep_deletes=True
+        )
+        before = {(v.key, v.valid_from): v for v in existing}
+        after = {(v.key, v.valid_from): v for v in history}
+        upserts = [v for id_, v in after.items() if before.get(id_) != v]
+        gone = [v for id_, v in before.items() if id_ not in after]
+        inserted = sum(1 for v in upserts if (v.key, v.valid_from) not in before)
+        source = self._rows(data.schema, [*upserts, *gone], len(upserts))
+        commit = CommitProperties(app_transactions=[Transaction(self.app_id, batch_id)])
+        if table is None:
+            write_deltalake(self.target, source.drop_columns([OP]), mode="error", commit_properties=commit)
+        elif source.num_rows == 0:
+            # A merge without source rows commits nothing: record the batch id with an empty append.
+            write_deltalake(table, source.drop_columns([OP]), mode="append", commit_properties=commit)
+        else:
+            self._merge(table, source, commit)
+        result = HistoryResult(
+            batch_id,
+            changes=batch.num_rows,
+            keys=len(keys),
+            late=self._late(existing, changes),
+            versions_inserted=inserted,
+            versions_updated=len(upserts) - inserted,
+            versions_deleted=len(gone),
+            table_version=DeltaTable(self.target).version(),
+        )
+        if result.late:
+            log.info("batch %d: %d late changes rewrote the history of their keys", batch_id, result.late)
+        return result
+
+    def _open(self) -> DeltaTable | None:
+        return DeltaTable(self.target) if DeltaTable.is_deltatable(self.target) else None
+
+    def _changes(self, batch: pa.Table, batch_id: int) -> tuple[pa.Table, list[Change]]:
+        names = batch.schema.names
+        for column in (*self.key, self.time, self.row_kind_column):
+            if column not in names:
+                raise ChangelogConsistencyError(
+                    f"batch {batch_id} has no column {column!r} (columns: {', '.join(names)}); key, time and "
+                    "row_kind_column must name columns of the changelog"
+                )
+        for column in (self.valid_from, self.valid_to):
+            if column in names:
+                raise ChangelogConsistencyError(
+                    f"batch {batch_id} already has a column {column!r}, which the history table adds; "
+                    "rename it, or pass valid_from= / valid_to= names the changelog does not use"
+                )
+        data = to_delta_columns(batch.drop_columns([self.row_kind_column]))
+        kinds = batch.column(self.row_kind_column).to_pylist()
+        try:
+            changes = [
+                Change(RowKind.from_short_string(kind), row)
+                for kind, row in zip(kinds, data.to_pylist(), strict=True)
+            ]
+            for index, change in enumerate(changes):
+                key_tuple(change.row, self.key, index)
+                event_time(change.row, self.time, index)
+        except (CdcflowError, TypeError) as error:
+            raise ChangelogConsistencyError(
+                f"batch {batch_id}: {error}; every change of a history needs a row kind (+I, -U, +U, -D), "
+                f"its key {list(self.key)} and its time {self.time!r}"
+            ) from error
+        return data, changes
+
+    def _existing(self, table: DeltaTable, keys: set[tuple[Any, ...]]) -> list[Version]:
+        if not keys:
+            return []
+        schema = pa.schema(table.schema().to_arrow())
+        pruning: list[tuple[str, str, Any]] = []
+        condition = None
+        for position, column in enumerate(self.key):
+            kind = schema.field(column).type
+            values = sorted({k[position] for k in keys})
+            if pa.types.is_integer(kind) or pa.types.is_string(kind):
+                pruning.append((column, "in", values))
+            # delta-rs merges write strings as string_view, which pyarrow cannot compare with string
+            # statistics: the cast makes the filter apply to rows (files are pruned by the Delta log).
+            clause = pc.field(column).cast(kind).isin(pa.array(values, kind))
+            condition = clause if condition is None else condition & clause
+        dataset = table.to_pyarrow_dataset(
+            file_pruning_predicate=pruning or None, filesystem=self._local_fs()
+        )
+        versions = []
+        for index, row in enumerate(dataset.to_table(filter=condition).to_pylist()):
+            key = key_tuple(row, self.key, index)
+            if key in keys:
+                valid_from, valid_to = row.pop(self.valid_from), row.pop(self.valid_to)
+                versions.append(Version(key, row, valid_from, valid_to))
+        return versions
+
+    def _local_fs(self) -> pafs.FileSystem | None:
+        # Reading through delta-rs's Python filesystem leaves Arrow threads that abort the interpreter
+        # at exit ("terminate called without an active exception", delta-rs#2184): read local tables
+        # with pyarrow's own filesystem.
+        if "://" in self.target and not self.target.startswith("file://"):
+            return None
+        root = os.path.abspath(self.target.removeprefix("file://"))
+        return pafs.SubTreeFileSystem(root, pafs.LocalFileSystem())
+
+    def _late(self, existing: list[Version], changes: list[Change]) -> int:
+        known: dict[tuple[Any, ...], Any] = {}
+        for version in existing:
+            latest = version.valid_from if version.valid_to is None else version.valid_to
+            known[version.key] = max(known.get(version.key, latest), latest)
+        return sum(
+            1
+            for index, change in enumerate(changes)
+            if change.kind is not RowKind.UPDATE_BEFORE
+            and (at := known.get(key_tuple(change.row, self.key, index))) is not None
+            and change.row[self.time] < at
+        )
+
+    def _rows(self, data_schema: pa.Schema, versions: list[Version], upserts: int) -> pa.Table:
+        """The merge source: the versions' rows with valid_from/valid_to, and the action per row."""
+        time_type = data_schema.field(self.time).type
+        schema = pa.schema(
+            [
+                *(f.with_nullable(f.nullable and f.name not in self.key) for f in data_schema),
+                pa.field(self.valid_from, time_type, nullable=False),
+                pa.field(self.valid_to, time_type),
+                pa.field(OP, pa.string(), nullable=False),
+            ]
+        )
+        rows = [
+            {
+                **v.row,
+                self.valid_from: v.valid_from,
+                self.valid_to: v.valid_to,
+                OP: "U" if i < upserts else "D",
+            }
+            for i, v in enumerate(versions)
+        ]
+        return pa.Table.from_pylist(rows, schema=schema)
+
+    def _merge(self, table: DeltaTable, source: pa.Table, commit: CommitProperties) -> None:
+        identity = (*self.key, self.valid_from)
+        source = conform(table, source.drop_columns([OP]), identity, self.target).append_column(
+            OP, source.column(OP)
+        )
+        assignments = {_q(c): f"s.{_q(c)}" for c in source.schema.names if c != OP}
+        (
+            table.merge(
+                source,
+                predicate=" AND ".join(f"t.{_q(c)} = s.{_q(c)}" for c in identity),
+                source_alias="s",
+                target_alias="t",
+                commit_properties=commit,
+            )
+            .when_matched_delete(predicate=f"s.{_q(OP)} = 'D'")
+            .when_matched_update(updates=assignments, predicate=f"s.{_q(OP)} = 'U'")
+            .when_not_matched_insert(updates=assignments, predicate=f"s.{_q(OP)} = 'U'")
+            .execute()
+        )
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'

@@ -1,0 +1,218 @@
+"""``cdcflow ingest``: a CDC topic (Kafka or a recorded dump) applied to a Delta table, continuously.
+
+source (``cdc-*``) → decode → FROM_CHANGELOG → :class:`DeltaSink` (one merge per micro-batch, exactly
+once) with a checkpoint. Debezium changes are ordered by their log position (``source.sequence``)
+unless ``sequence_by`` names another column or ``none``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Literal, TextIO
+
+from deltalake import DeltaTable
+
+from cdcflow.connectors.errors import ConnectorOptionError
+from cdcflow.connectors.lakehouse.apply import Materialize
+from cdcflow.connectors.lakehouse.delta_sink import DeltaSink, SinkProgress, apply_options
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+SOURCES = {
+    "debezium-json": "cdc-debezium",
+    "debezium-avro-confluent": "cdc-debezium-avro",
+    "canal-json": "cdc-canal",
+    "maxwell-json": "cdc-maxwell",
+    "ogg-json": "cdc-ogg",
+    "generic": "cdc-generic",
+    "upsert-kafka": "cdc-upsert-kafka",
+}
+DEBEZIUM_SEQUENCE = "source_sequence"
+Trigger = Literal["available-now", "continuous"]
+
+
+@dataclass(frozen=True)
+class IngestConfig:
+    """Everything one ingestion needs; the command line and the Python API both build one."""
+
+    format: str
+    key: tuple[str, ...]
+    target: str
+    checkpoint: str
+    path: str | None = None
+    bootstrap_servers: str | None = None
+    topics: tuple[str, ...] = ()
+    schema: str | None = None
+    options: Mapping[str, str] = field(default_factory=dict)
+    trigger: Trigger = "available-now"
+    interval: str = "1 second"
+    sequence_by: str | None = None
+    """A column ordering each key's changes; None = the default (Debezium: source.sequence); 'none' = off."""
+    materialize: Materialize = Materialize.AUTO
+    upsert_key: tuple[str, ...] | None = None
+    """The changelog's upsert key; None = the key (topics keyed by primary key, as Debezium writes them)."""
+    delete_retention: timedelta = timedelta(days=7)
+    state_ttl: timedelta | None = None
+    app_id: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.format not in SOURCES:
+            raise ConnectorOptionError(f"--format {self.format!r} is not one of {', '.join(SOURCES)}")
+        if bool(self.path) == bool(self.bootstrap_servers):
+            raise ConnectorOptionError(
+                "give either --path (recorded files) or --bootstrap-servers and --topic"
+            )
+        if self.bootstrap_servers and not self.topics:
+            raise ConnectorOptionError("--bootstrap-servers needs at least one --topic")
+        if self.trigger not in ("available-now", "continuous"):
+            raise ConnectorOptionError(f"--trigger must be available-now or continuous, not {self.trigger!r}")
+        if not self.key:
+            raise ConnectorOptionError("--key: name the primary key columns of the table, e.g. --key id")
+
+    @property
+    def source(self) -> str:
+        return SOURCES[self.format]
+
+    def resolved_sequence(self) -> str | None:
+        if self.sequence_by == "none":
+            return None
+        if self.sequence_by is None and self.format.startswith("debezium"):
+            return DEBEZIUM_SEQUENCE
+        return self.sequence_by
+
+    def source_options(self) -> dict[str, str]:
+        options = dict(self.options)
+        if self.schema:
+            options["columns"] = self.schema
+        if self.path:
+            options["path"] = self.path
+        else:
+            options["kafka.bootstrap.servers"] = str(self.bootstrap_servers)
+            options.setdefault("subscribe", ",".join(self.topics))
+            options.setdefault("startingOffsets", "earliest")
+        if self.resolved_sequence() == DEBEZIUM_SEQUENCE:
+            metadata = [m.strip() for m in options.get("metadata", "").split(",") if m.strip()]
+            options["metadata"] = ",".join([*metadata, "source.sequence"])
+        return options
+
+
+@dataclass
+class IngestSummary:
+    batches: int
+    progress: SinkProgress
+    seconds: float
+    table_version: int | None
+    table_rows: int | None
+
+    def __str__(self) -> str:
+        p = self.progress
+        rate = p.changes / self.seconds if self.seconds else 0.0
+        return (
+            f"{self.batches} batch(es), {p.changes:,} changes ({rate:,.0f}/s): {p.upserts:,} upserted, "
+            f"{p.deletes:,} deleted, {p.late:,} late, {p.unmatched_retractions:,} unmatched retractions, "
+            f"{p.skipped} replayed batch(es) skipped; table version {self.table_version}, "
+            f"{self.table_rows if self.table_rows is not None else 0:,} rows"
+        )
+
+
+def ingest(
+    config: IngestConfig, spark: SparkSession | None = None, out: TextIO = sys.stderr
+) -> IngestSummary:
+    """Run the ingestion; with ``available-now`` it returns once the input available at start is applied."""
+    from cdcflow.connectors.job import local_session
+
+    own_session = spark is None
+    session = spark or local_session("cdcflow-ingest")
+    started = time.monotonic()
+    sequence = config.resolved_sequence()
+    options = apply_options(
+        config.key,
+        sequence_by=sequence,
+        materialize=config.materialize,
+        upsert_key=config.upsert_key if config.upsert_key is not None else config.key,
+        exclude=[DEBEZIUM_SEQUENCE] if sequence == DEBEZIUM_SEQUENCE else [],
+        delete_retention=config.delete_retention,
+        state_ttl=config.state_ttl,
+    )
+    sink = DeltaSink(config.target, options, config.checkpoint, config.app_id)
+    try:
+        changelog = session.readStream.format(config.source).options(**config.source_options()).load()
+        writer = changelog.writeStream.foreachBatch(sink).option("checkpointLocation", config.checkpoint)
+        if config.trigger == "available-now":
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=config.interval)
+        query = writer.start()
+        _follow(query, sink.progress, started, out)
+    finally:
+        if own_session:
+            session.stop()
+    table = DeltaTable(config.target) if DeltaTable.is_deltatable(config.target) else None
+    return IngestSummary(
+        batches=sink.progress.batches,
+        progress=sink.progress,
+        seconds=time.monotonic() - started,
+        table_version=table.version() if table is not None else None,
+        table_rows=table.count() if table is not None else None,
+    )
+
+
+def _follow(query: StreamingQuery, progress: SinkProgress, started: float, out: TextIO) -> None:
+    shown = -1
+    try:
+        while query.isActive:
+            query.awaitTermination(1)
+            if progress.batches != shown:
+                shown = progress.batches
+                out.write(
+                    progress_line(progress, time.monotonic() - started, _lag(query.lastProgress)) + "\n"
+                )
+                out.flush()
+    except KeyboardInterrupt:
+        query.stop()
+    query.awaitTermination()
+
+
+def progress_line(progress: SinkProgress, seconds: float, lag: str) -> str:
+    last = progress.last
+    latency = f"{last.seconds * 1000:.0f} ms" if last is not None else "-"
+    rate = progress.changes / seconds if seconds > 0 else 0.0
+    return (
+        f"cdcflow ingest: {progress.batches} batches, {progress.changes:,} changes, {rate:,.0f} changes/s, "
+        f"last batch applied in {latency}, lag {lag}"
+    )
+
+
+def _lag(last: Mapping[str, Any] | None) -> str:
+    """How far the source is behind its latest offsets: records (Kafka) or bytes (recorded files)."""
+    if not last or not last.get("sources"):
+        return "-"
+    source = last["sources"][0]
+    end, latest = _parse(source.get("endOffset")), _parse(source.get("latestOffset"))
+    if latest is None or end is None:
+        return "-"
+    unit = "bytes" if "files" in latest else "records"
+    return f"{max(0, _total(latest) - _total(end)):,} {unit}"
+
+
+def _parse(value: Any) -> Any:
+    if isinstance(value, str):
+        import json
+
+        try:
+            return json.loads(value)
+        except ValueError:
+            return None
+    return value
+
+
+def _total(offsets: Any) -> int:
+    if isinstance(offsets, Mapping):
+        return sum(_total(v) for v in offsets.values())
+    return int(offsets) if isinstance(offsets, int) and offsets >= 0 else 0
