@@ -15,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import IO, Any
 
+from cdcflow import ingest_cli
 from cdcflow.core import CdcflowError, Change, ChangelogDataError, from_changelog
 from cdcflow.formats import DecodeOutput, Decoder, Message, TypeKind, parse_ddl, render_change, resolve_format
 from cdcflow.formats.jsonenc import float32_repr
@@ -121,6 +122,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     stream.add_argument("--checkpoint", help="checkpoint directory (default: a temporary one)")
     stream.set_defaults(command=_stream)
+    ingest_cli.add_parser(commands)
     return parser
 
 

@@ -35,6 +35,7 @@ def local_session(app_name: str = "cdcflow") -> SparkSession:
     for key, value in {
         **cdcflow_spark_config(),
         "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": "2",
         "spark.sql.session.timeZone": "UTC",
     }.items():

@@ -3,5 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/bootstrap.sh
-if [ $# -eq 0 ]; then set -- stream; fi
+if [ $# -eq 0 ]; then set -- ingest; fi
 exec .venv/bin/python -m cdcflow "$@"

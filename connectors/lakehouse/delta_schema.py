@@ -58,6 +58,8 @@ def to_delta_columns(table: pa.Table) -> pa.Table:
 def _convert(column: pa.ChunkedArray, target: pa.DataType) -> pa.ChunkedArray:
     if column.type == target:
         return column
+    if pa.types.is_time(column.type):
+        return column.cast(pa.time64("us")).cast(pa.string())
     if pa.types.is_duration(column.type):
         return column.cast(pa.duration("us")).cast(pa.int64())
     return column.cast(target)

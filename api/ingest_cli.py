@@ -1,0 +1,194 @@
+"""``cdcflow ingest``: the command line of the lakehouse ingestion job (flags, or a TOML config file)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tomllib
+from datetime import timedelta
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from cdcflow.core import CdcflowError
+
+DEMO_DUMP = "postgres-debezium.dump.jsonl"
+DEMO_DIR = "cdcflow-demo"
+SETTINGS = (
+    "format",
+    "path",
+    "bootstrap_servers",
+    "topic",
+    "schema",
+    "key",
+    "target",
+    "checkpoint",
+    "trigger",
+    "interval",
+    "sequence_by",
+    "materialize",
+    "upsert_key",
+    "delete_retention",
+    "state_ttl",
+    "app_id",
+)
+
+
+def add_parser(commands: Any) -> None:
+    ingest = commands.add_parser(
+        "ingest",
+        help="the main job: apply a CDC topic or recording to a Delta table, exactly once",
+        description="Read a CDC topic (Kafka) or a recorded topic dump with a cdc-* Spark source and apply "
+        "its changelog to a Delta table by primary key, one merge per micro-batch, exactly once across "
+        "restarts from the checkpoint. Without input it ingests the bundled recording of real Debezium "
+        f"events from PostgreSQL into ./{DEMO_DIR}/table and prints the table.",
+    )
+    ingest.add_argument("--config", metavar="FILE", help="a TOML file with these settings (flags win)")
+    ingest.add_argument("--format", help="debezium-json (default), debezium-avro-confluent, canal-json, ...")
+    ingest.add_argument("--path", metavar="FILE_OR_DIR", help="recorded files: a topic dump or envelopes")
+    ingest.add_argument("--bootstrap-servers", metavar="HOSTS", help="read Kafka instead")
+    ingest.add_argument("--topic", action="append", metavar="T", help="a Kafka topic; repeatable")
+    ingest.add_argument("--schema", metavar="DDL", help="the table's columns: 'id INT NOT NULL, name STRING'")
+    ingest.add_argument("--key", metavar="COLS", help="primary key columns, comma separated")
+    ingest.add_argument("--target", metavar="DELTA_PATH", help="the Delta table (created on first write)")
+    ingest.add_argument("--checkpoint", metavar="DIR", help="the query's checkpoint (and key state)")
+    ingest.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="a source or format option: schema-include=true, maxOffsetsPerTrigger=10000, ...; repeatable",
+    )
+    ingest.add_argument("--trigger", choices=["available-now", "continuous"], help="default available-now")
+    ingest.add_argument("--interval", help="micro-batch interval under --trigger continuous (default 1 second)")
+    ingest.add_argument(
+        "--sequence-by",
+        metavar="COLUMN",
+        help="order each key's changes by this column (Debezium default: the log position); 'none' = off",
+    )
+    ingest.add_argument("--materialize", choices=["auto", "force", "none"], help="upsert materialization")
+    ingest.add_argument("--upsert-key", metavar="COLS", help="the changelog's upsert key (default: --key)")
+    ingest.add_argument("--delete-retention", metavar="SECONDS", help="tombstones kept (default 7 days)")
+    ingest.add_argument("--state-ttl", metavar="SECONDS", help="key state kept after its last change")
+    ingest.add_argument("--app-id", help="Delta application id (default: from the checkpoint's query id)")
+    ingest.add_argument("--show", action="store_true", help="print the table at the end (demo default)")
+    ingest.set_defaults(command=run)
+
+
+def settings(args: argparse.Namespace) -> dict[str, Any]:
+    merged: dict[str, Any] = {}
+    if args.config:
+        merged.update(_read_config(args.config))
+    for name in SETTINGS:
+        value = getattr(args, name, None)
+        if value is not None:
+            merged[name] = value
+    options = {str(k): str(v) for k, v in dict(merged.pop("options", {}) or {}).items()}
+    for entry in args.option:
+        key, sep, value = entry.partition("=")
+        if not sep:
+            raise CdcflowError(f"--option '{entry}' must look like KEY=VALUE, e.g. schema-include=true")
+        options[key.strip()] = value
+    merged["options"] = options
+    return merged
+
+
+def _read_config(path: str) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise CdcflowError(f"--config {path}: {error}") from None
+    unknown = sorted(set(data) - {*SETTINGS, "options", "bootstrap-servers"})
+    if unknown:
+        raise CdcflowError(
+            f"--config {path}: unknown settings {', '.join(unknown)}; valid: {', '.join((*SETTINGS, 'options'))}"
+        )
+    if "bootstrap-servers" in data:
+        data["bootstrap_servers"] = data.pop("bootstrap-servers")
+    return {k.replace("-", "_"): v for k, v in data.items()}
+
+
+def config_from(merged: dict[str, Any]) -> tuple[Any, bool]:
+    """The :class:`IngestConfig`, and whether it is the embedded demo."""
+    from cdcflow.connectors.lakehouse.apply import Materialize
+    from cdcflow.connectors.lakehouse.ingest import IngestConfig
+
+    demo = not merged.get("path") and not merged.get("bootstrap_servers")
+    if demo:
+        merged.setdefault("path", str(resources.files("cdcflow.examples").joinpath(DEMO_DUMP)))
+        merged["options"].setdefault("schema-include", "true")
+        merged.setdefault("key", "id")
+        merged.setdefault("target", str(Path(DEMO_DIR) / "table"))
+        merged.setdefault("checkpoint", str(Path(DEMO_DIR) / "checkpoint"))
+    for required in ("key", "target", "checkpoint"):
+        if not merged.get(required):
+            raise CdcflowError(f"ingest needs --{required}")
+    topics = merged.get("topic") or ()
+    return (
+        IngestConfig(
+            format=merged.get("format") or "debezium-json",
+            key=_names(merged["key"]),
+            target=str(merged["target"]),
+            checkpoint=str(merged["checkpoint"]),
+            path=merged.get("path"),
+            bootstrap_servers=merged.get("bootstrap_servers"),
+            topics=tuple([topics] if isinstance(topics, str) else topics),
+            schema=merged.get("schema"),
+            options=merged["options"],
+            trigger=merged.get("trigger") or "available-now",
+            interval=merged.get("interval") or "1 second",
+            sequence_by=merged.get("sequence_by"),
+            materialize=Materialize.parse(merged.get("materialize") or "auto"),
+            upsert_key=_names(merged["upsert_key"]) if merged.get("upsert_key") else None,
+            delete_retention=_seconds(merged.get("delete_retention"), timedelta(days=7)),
+            state_ttl=_seconds(merged.get("state_ttl"), None),
+            app_id=merged.get("app_id"),
+        ),
+        demo,
+    )
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    items = value if isinstance(value, list | tuple) else str(value).split(",")
+    return tuple(str(item).strip() for item in items if str(item).strip())
+
+
+def _seconds(value: Any, default: timedelta | None) -> timedelta | None:
+    if value is None:
+        return default
+    try:
+        return timedelta(seconds=float(value))
+    except ValueError:
+        raise CdcflowError(f"expected a number of seconds, not {value!r}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    from cdcflow.connectors.lakehouse.ingest import ingest
+
+    config, demo = config_from(settings(args))
+    source = config.path or f"{config.bootstrap_servers} {','.join(config.topics)}"
+    print(f"cdcflow ingest: {config.format} from {source} into {config.target}", file=sys.stderr)
+    summary = ingest(config)
+    print(f"cdcflow ingest: done: {summary}", file=sys.stderr)
+    if demo or args.show:
+        print_table(config.target, config.key)
+    return 0
+
+
+def print_table(target: str, key: tuple[str, ...]) -> None:
+    from deltalake import DeltaTable
+
+    from cdcflow.core.flinkstr import format_value
+
+    table = DeltaTable(target)
+    rows = sorted(table.to_pyarrow_table().to_pylist(), key=lambda r: tuple((r[k] is None, r[k]) for k in key))
+    names = [field.name for field in table.schema().fields]
+    print(f"Delta table {target} (version {table.version()}, {len(rows)} rows): [{', '.join(names)}]")
+    for row in rows:
+        print("[" + ", ".join(_short(format_value(value)) for value in row.values()) + "]")
+
+
+def _short(text: str, limit: int = 40) -> str:
+    text = text.replace("\n", "\\n")
+    return text if len(text) <= limit else f"{text[: limit - 12]}…({len(text):,} chars)"
