@@ -46,7 +46,9 @@ def _parser() -> argparse.ArgumentParser:
         "4.1.1) and print the changelog FROM_CHANGELOG makes of them, Flink-style (+I[5, name]).",
     )
     inspect.add_argument(
-        "file", nargs="?", help=f"JSON-lines file, '-' for stdin; default: the bundled {EXAMPLE}"
+        "file",
+        nargs="?",
+        help=f"JSON-lines file or topic dump (with --format), '-' for stdin; default: the bundled {EXAMPLE}",
     )
     inspect.add_argument("--json", action="store_true", help='one {"kind": ..., "row": ...} object per line')
     inspect.add_argument("--op", default="op", help="the field holding the operation code (default: op)")
@@ -82,6 +84,10 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KEY",
         help="add a metadata column of the format, e.g. source.table; repeatable",
     )
+    inspect.add_argument(
+        "--bootstrap-servers", metavar="HOST:PORT", help="inspect Kafka topics (read to their end) instead"
+    )
+    inspect.add_argument("--topic", action="append", default=[], metavar="TOPIC", help="a topic; repeatable")
     inspect.set_defaults(command=_inspect)
     record = commands.add_parser(
         "record",
@@ -127,6 +133,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    if args.bootstrap_servers and not (args.format and args.topic):
+        raise CdcflowError("inspecting Kafka needs --format and at least one --topic")
     if args.format:
         return _inspect_format(args)
     mapping = _op_mapping(args.op_mapping)
@@ -157,13 +165,10 @@ def _inspect_format(args: argparse.Namespace) -> int:
     schema = parse_ddl(args.schema) if args.schema else None
     decoder = factory.create_decoder(options, schema, args.metadata)
     out = DecodeOutput()
-    with _open(args.file) as (name, stream):
-        for number, line in enumerate(stream, start=1):
-            if not line.strip():
-                continue
-            decoder.decode(Message(line.encode("utf-8"), file=name, line=number), out)
-            _write_changes(out.changes, decoder, as_json=args.json)
-            out.changes.clear()
+    for message in _messages(args):
+        decoder.decode(message, out)
+        _write_changes(out.changes, decoder, as_json=args.json)
+        out.changes.clear()
     for event in out.events:
         print(
             f"cdcflow: {event.message.origin()}: {event.kind} event (side output, not a change)",
@@ -179,6 +184,31 @@ def _inspect_format(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _messages(args: argparse.Namespace) -> Iterator[Message]:
+    """The messages to inspect: a Kafka topic (read to its end now), a topic dump, or envelope lines."""
+    if args.bootstrap_servers:
+        import tempfile
+
+        from cdcflow.connectors.replay import read_messages, record_topic
+
+        options = {"kafka.bootstrap.servers": args.bootstrap_servers, "subscribe": ",".join(args.topic)}
+        with tempfile.TemporaryDirectory(prefix="cdcflow-inspect-") as scratch:
+            dump = str(Path(scratch) / "topic.dump.jsonl")
+            record_topic(options, dump)
+            yield from read_messages(dump)
+        return
+    if args.file and args.file != "-" and Path(args.file).is_file():
+        from cdcflow.connectors.replay import is_dump, read_messages
+
+        if is_dump(args.file):
+            yield from read_messages(args.file)
+            return
+    with _open(args.file) as (name, stream):
+        for number, line in enumerate(stream, start=1):
+            if line.strip():
+                yield Message(line.encode("utf-8"), file=name, line=number)
 
 
 def _record(args: argparse.Namespace) -> int:

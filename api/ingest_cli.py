@@ -60,7 +60,9 @@ def add_parser(commands: Any) -> None:
         help="a source or format option: schema-include=true, maxOffsetsPerTrigger=10000, ...; repeatable",
     )
     ingest.add_argument("--trigger", choices=["available-now", "continuous"], help="default available-now")
-    ingest.add_argument("--interval", help="micro-batch interval under --trigger continuous (default 1 second)")
+    ingest.add_argument(
+        "--interval", help="micro-batch interval under --trigger continuous (default 1 second)"
+    )
     ingest.add_argument(
         "--sequence-by",
         metavar="COLUMN",
@@ -99,14 +101,12 @@ def _read_config(path: str) -> dict[str, Any]:
             data = tomllib.load(handle)
     except (OSError, tomllib.TOMLDecodeError) as error:
         raise CdcflowError(f"--config {path}: {error}") from None
-    unknown = sorted(set(data) - {*SETTINGS, "options", "bootstrap-servers"})
+    settings = {key.replace("-", "_"): value for key, value in data.items()}
+    unknown = sorted(set(settings) - {*SETTINGS, "options"})
     if unknown:
-        raise CdcflowError(
-            f"--config {path}: unknown settings {', '.join(unknown)}; valid: {', '.join((*SETTINGS, 'options'))}"
-        )
-    if "bootstrap-servers" in data:
-        data["bootstrap_servers"] = data.pop("bootstrap-servers")
-    return {k.replace("-", "_"): v for k, v in data.items()}
+        valid = ", ".join(name.replace("_", "-") for name in (*SETTINGS, "options"))
+        raise CdcflowError(f"--config {path}: unknown settings {', '.join(unknown)}; valid: {valid}")
+    return settings
 
 
 def config_from(merged: dict[str, Any]) -> tuple[Any, bool]:
@@ -141,7 +141,7 @@ def config_from(merged: dict[str, Any]) -> tuple[Any, bool]:
             sequence_by=merged.get("sequence_by"),
             materialize=Materialize.parse(merged.get("materialize") or "auto"),
             upsert_key=_names(merged["upsert_key"]) if merged.get("upsert_key") else None,
-            delete_retention=_seconds(merged.get("delete_retention"), timedelta(days=7)),
+            delete_retention=_seconds(merged.get("delete_retention"), None) or timedelta(days=7),
             state_ttl=_seconds(merged.get("state_ttl"), None),
             app_id=merged.get("app_id"),
         ),
@@ -182,7 +182,9 @@ def print_table(target: str, key: tuple[str, ...]) -> None:
     from cdcflow.core.flinkstr import format_value
 
     table = DeltaTable(target)
-    rows = sorted(table.to_pyarrow_table().to_pylist(), key=lambda r: tuple((r[k] is None, r[k]) for k in key))
+    rows = sorted(
+        table.to_pyarrow_table().to_pylist(), key=lambda r: tuple((r[k] is None, r[k]) for k in key)
+    )
     names = [field.name for field in table.schema().fields]
     print(f"Delta table {target} (version {table.version()}, {len(rows)} rows): [{', '.join(names)}]")
     for row in rows:

@@ -10,11 +10,13 @@ from cdcflow.core.errors import (
     OpMappingError,
 )
 from cdcflow.core.from_envelopes import FromChangelog, from_changelog
+from cdcflow.core.materialize import UpsertMaterializer, materialize
 from cdcflow.core.model import Change, ChangelogMetrics, Rejected, Watermark
 from cdcflow.core.params import InvalidOpHandling, plan_from_changelog, plan_to_changelog
 from cdcflow.core.rowkind import ChangelogMode, RowKind
 from cdcflow.core.state import InMemoryStateStore, KeyState, StateStore
 from cdcflow.core.to_envelopes import ToChangelog, to_changelog
+from cdcflow.core.versioned import Version, as_of, deduplicate_latest, versions_of
 
 __all__ = [
     "CdcflowError",
@@ -35,9 +37,15 @@ __all__ = [
     "RowKind",
     "StateStore",
     "ToChangelog",
+    "UpsertMaterializer",
+    "Version",
     "Watermark",
+    "as_of",
+    "deduplicate_latest",
     "from_changelog",
+    "materialize",
     "plan_from_changelog",
     "plan_to_changelog",
     "to_changelog",
+    "versions_of",
 ]

@@ -225,7 +225,9 @@ class DeltaChangeApplier:
         options = self.options
         key = list(options.key)
         winners = last_per_key(batch, key)
-        known = key_state.load(state, key, winners, now, options.delete_retention, options.state_ttl)
+        known = key_state.load(
+            str(self.state_path), state, key, winners, now, options.delete_retention, options.state_ttl
+        )
         if known is not None and known.num_rows:
             known = known.filter(pc.equal(known.column(SLOT), -1)).select([*key, STATE_SEQ])
             joined = winners.join(known, key, join_type="left outer", use_threads=False)
@@ -269,7 +271,9 @@ class DeltaChangeApplier:
         options = self.options
         key = list(options.key)
         data_columns = [n for n in batch.data.schema.names if n not in (IDX, SEQ)]
-        known = key_state.load(state, key, batch.data, now, options.delete_retention, options.state_ttl)
+        known = key_state.load(
+            str(self.state_path), state, key, batch.data, now, options.delete_retention, options.state_ttl
+        )
         live: dict[tuple[Any, ...], list[tuple[int, dict[str, Any]]]] = {}
         sequences: dict[tuple[Any, ...], bytes | None] = {}
         slots_before: dict[tuple[Any, ...], set[int]] = {}

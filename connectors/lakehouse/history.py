@@ -18,7 +18,6 @@ deleted, and a replayed batch finds its id and is skipped.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +28,7 @@ import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from cdcflow.connectors.errors import ChangelogConsistencyError, ConnectorOptionError
-from cdcflow.connectors.lakehouse.delta_schema import conform, to_delta_columns
+from cdcflow.connectors.lakehouse.delta_schema import conform, local_filesystem, to_delta_columns
 from cdcflow.core import CdcflowError, Change, RowKind, Version, versions_of
 from cdcflow.core.versioned import changelog_of, event_time, key_tuple
 
@@ -165,7 +164,7 @@ class DeltaHistoryWriter:
             for index, change in enumerate(changes):
                 key_tuple(change.row, self.key, index)
                 event_time(change.row, self.time, index)
-        except (CdcflowError, TypeError) as error:
+        except CdcflowError as error:
             raise ChangelogConsistencyError(
                 f"batch {batch_id}: {error}; every change of a history needs a row kind (+I, -U, +U, -D), "
                 f"its key {list(self.key)} and its time {self.time!r}"
@@ -199,13 +198,7 @@ class DeltaHistoryWriter:
         return versions
 
     def _local_fs(self) -> pafs.FileSystem | None:
-        # Reading through delta-rs's Python filesystem leaves Arrow threads that abort the interpreter
-        # at exit ("terminate called without an active exception", delta-rs#2184): read local tables
-        # with pyarrow's own filesystem.
-        if "://" in self.target and not self.target.startswith("file://"):
-            return None
-        root = os.path.abspath(self.target.removeprefix("file://"))
-        return pafs.SubTreeFileSystem(root, pafs.LocalFileSystem())
+        return local_filesystem(self.target)
 
     def _late(self, existing: list[Version], changes: list[Change]) -> int:
         known: dict[tuple[Any, ...], Any] = {}

@@ -18,7 +18,12 @@ import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction
 
 from cdcflow.connectors.lakehouse.changes import OP
-from cdcflow.connectors.lakehouse.delta_schema import conform, create_table, to_delta_columns
+from cdcflow.connectors.lakehouse.delta_schema import (
+    conform,
+    create_table,
+    local_filesystem,
+    to_delta_columns,
+)
 
 SLOT, STATE_SEQ, DELETED_AT, UPDATED_AT = (
     "_cdcflow_slot",
@@ -42,6 +47,7 @@ def applied_version(table: DeltaTable | None, app_id: str) -> int:
 
 
 def load(
+    path: str,
     table: DeltaTable | None,
     key: Sequence[str],
     keys: pa.Table,
@@ -52,10 +58,12 @@ def load(
     """The live state rows of ``keys`` (expired tombstones and entries past the TTL left out)."""
     if table is None:
         return None
-    dataset = table.to_pyarrow_dataset()
+    dataset = table.to_pyarrow_dataset(filesystem=local_filesystem(path))
     if len(key) == 1:
-        wanted = pc.unique(keys.column(key[0]))
-        rows = dataset.to_table(filter=pc.field(key[0]).isin(wanted))
+        kind = pa.schema(table.schema().to_arrow()).field(key[0]).type
+        wanted = pc.unique(keys.column(key[0])).cast(kind)
+        # delta-rs merges write strings as string_view: cast before comparing with the batch's keys.
+        rows = dataset.to_table(filter=pc.field(key[0]).cast(kind).isin(wanted))
     else:
         rows = dataset.to_table().join(keys.select(list(key)).group_by(list(key)).aggregate([]), list(key))
     return rows.filter(_alive(rows, now, retention, ttl))

@@ -39,7 +39,7 @@ def read_delta(spark: SparkSession, path: str) -> DataFrame:
 def as_of(
     history: DataFrame, t: Any, valid_from: str = "valid_from", valid_to: str = "valid_to"
 ) -> DataFrame:
-    """The versions valid at ``t`` (a value or a Column): ``valid_from <= t < valid_to`` or ``valid_to`` NULL."""
+    """The versions valid at ``t`` (a value or a Column): ``valid_from <= t < valid_to`` (NULL: open)."""
     _require(history, "history", [valid_from, valid_to])
     return history.where(
         _valid_at(F.col(valid_from), F.col(valid_to), t if isinstance(t, Column) else F.lit(t))
