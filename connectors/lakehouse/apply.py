@@ -46,6 +46,7 @@ from cdcflow.core import Change, RowKind
 from cdcflow.core.materialize import UpsertMaterializer
 
 log = logging.getLogger(__name__)
+POS = "_cdcflow_pos"
 
 
 class Materialize(enum.Enum):
@@ -144,12 +145,10 @@ class DeltaChangeApplier:
         return key_state.applied_version(key_state.open_table(self.target), self.app_id)
 
     def done(self, batch_id: int) -> bool:
-        """Whether ``batch_id`` is already in the target table (and in the key state, when kept)."""
-        if key_state.applied_version(key_state.open_table(self.target), self.app_id) < batch_id:
-            return False
-        if not self.options.stateful or not self.state_path:
-            return True
-        return key_state.applied_version(key_state.open_table(self.state_path), self.app_id) >= batch_id
+        """Whether ``batch_id`` was applied: its id is in the key state (committed last) or the target."""
+        if self.options.stateful and self.state_path:
+            return key_state.applied_version(key_state.open_table(self.state_path), self.app_id) >= batch_id
+        return key_state.applied_version(key_state.open_table(self.target), self.app_id) >= batch_id
 
     def apply(self, table: pa.Table, batch_id: int) -> BatchApplied:
         started = time.perf_counter()
@@ -157,8 +156,10 @@ class DeltaChangeApplier:
         target = key_state.open_table(self.target)
         state = key_state.open_table(self.state_path) if self.state_path and self.options.stateful else None
         target_done = key_state.applied_version(target, self.app_id) >= batch_id
-        state_done = not self.options.stateful or key_state.applied_version(state, self.app_id) >= batch_id
-        if target_done and state_done:
+        # The key state commits after the target, so its id means the whole batch landed (a batch that
+        # changed only the state has no target commit at all).
+        state_done = self.options.stateful and key_state.applied_version(state, self.app_id) >= batch_id
+        if state_done or (target_done and not self.options.stateful):
             result.skipped = True
             return result
         options = self.options
@@ -230,8 +231,11 @@ class DeltaChangeApplier:
         )
         if known is not None and known.num_rows:
             known = known.filter(pc.equal(known.column(SLOT), -1)).select([*key, STATE_SEQ])
-            joined = winners.join(known, key, join_type="left outer", use_threads=False)
-            late = pc.fill_null(pc.less(joined.column(SEQ), joined.column(STATE_SEQ)), False)
+            # Join on the keys alone: Arrow joins refuse nested payload columns.
+            probe = winners.select(key).append_column(POS, pa.array(np.arange(winners.num_rows)))
+            joined = probe.join(known, key, join_type="left outer", use_threads=False).sort_by(POS)
+            known_seq = joined.column(STATE_SEQ)
+            late = pc.fill_null(pc.less(winners.column(SEQ), known_seq), False)
             result.late = self._count_late(batch, known)
             if result.late:
                 log.warning(
@@ -239,12 +243,9 @@ class DeltaChangeApplier:
                     batch.batch_id,
                     result.late,
                 )
-            winners = joined.filter(pc.invert(late))
-            merged = pc.coalesce(winners.column(SEQ), winners.column(STATE_SEQ))
-            winners = winners.drop_columns([STATE_SEQ]).set_column(
-                winners.schema.get_field_index(SEQ), SEQ, merged
-            )
-            winners = winners.take(pc.sort_indices(winners, [(IDX, "ascending")]))
+            merged = pc.coalesce(winners.column(SEQ), known_seq)
+            winners = winners.set_column(winners.schema.get_field_index(SEQ), SEQ, merged)
+            winners = winners.filter(pc.invert(late))
         deleted = pc.equal(winners.column(OP), "D")
         state_rows = pa.table(
             {

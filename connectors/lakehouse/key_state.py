@@ -65,7 +65,14 @@ def load(
         # delta-rs merges write strings as string_view: cast before comparing with the batch's keys.
         rows = dataset.to_table(filter=pc.field(key[0]).cast(kind).isin(wanted))
     else:
-        rows = dataset.to_table().join(keys.select(list(key)).group_by(list(key)).aggregate([]), list(key))
+        rows = dataset.to_table()
+        # Join on the keys alone (Arrow joins refuse nested payload columns), then take the rows.
+        probe = rows.select(list(key)).append_column(
+            "_cdcflow_pos", pa.array(range(rows.num_rows), pa.int64())
+        )
+        wanted = keys.select(list(key)).group_by(list(key)).aggregate([])
+        hits = probe.join(wanted, list(key), join_type="inner", use_threads=False)
+        rows = rows.take(hits.column("_cdcflow_pos"))
     return rows.filter(_alive(rows, now, retention, ttl))
 
 
