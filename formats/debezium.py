@@ -18,9 +18,9 @@ import orjson
 from cdcflow.core.from_envelopes import FromChangelog
 from cdcflow.core.model import Change, Row
 from cdcflow.core.params import plan_from_changelog
-from cdcflow.formats.debezium_position import source_sequence
 from cdcflow.formats.base import FormatMetrics, MetadataColumn, metadata_column_name, metadata_schema
 from cdcflow.formats.base import output_schema as base_output_schema
+from cdcflow.formats.debezium_position import source_sequence
 from cdcflow.formats.errors import FieldError
 from cdcflow.formats.options import Option, choice, names
 from cdcflow.formats.types import (

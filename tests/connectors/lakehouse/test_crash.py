@@ -1,0 +1,228 @@
+"""Exactly once through crashes: an ingestion killed with SIGKILL mid-stream, restarted from its checkpoint.
+
+A seeded history of 100k Debezium changes over 10k keys (bench/cdc_history.py) is ingested into Delta
+by ``python -m cdcflow ingest`` in a session of its own (Python driver, JVM, Python workers), in ~30
+micro-batches. Its process group is killed three times, each once the table moved past the previous
+kill, plus a random delay (one delay short, to land between a batch's target commit and its key-state
+commit); then the job runs from its checkpoint to the end. The table must equal the history folded
+by id, and the Delta logs of the table and of the key state must hold exactly one commit per batch.
+Run with ``-s`` to see where the kills landed; ``CDCFLOW_CRASH_SEED`` picks other kill points.
+"""
+
+from __future__ import annotations
+
+import bisect
+import importlib.util
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from deltalake import DeltaTable
+
+from cdcflow.connectors.lakehouse.delta_sink import STATE_DIR
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+CHANGES, KEYS, BATCHES, KILLS = 100_000, 10_000, 30, 3
+SEED = int(os.environ.get("CDCFLOW_CRASH_SEED", "20240605"))
+RUN_TIMEOUT = 150.0
+
+
+def _bench_module(name: str) -> ModuleType:
+    """A module of bench/ loaded by path (bench/ itself stays off sys.path: its names are generic)."""
+    path = Path(__file__).parents[3] / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+history = _bench_module("cdc_history")
+
+
+@dataclass
+class Kill:
+    delay: float
+    landed: str = ""
+
+
+@pytest.mark.integration
+def test_sigkilled_ingestion_restarts_from_its_checkpoint_exactly_once(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    source = tmp_path / "history.jsonl"
+    stats = history.write_history(source, CHANGES, KEYS, seed=SEED)
+    truth = history.fold(source)
+    assert stats.reinserts > 1000 and stats.deletes > 1000 and len(truth) == stats.live
+    target, checkpoint = tmp_path / "items", tmp_path / "checkpoint"
+    args = [
+        *("--format", "debezium-json", "--path", str(source), "--schema", history.COLUMNS, "--key", "id"),
+        *("--target", str(target), "--checkpoint", str(checkpoint), "--trigger", "available-now"),
+        *("--option", f"maxBytesPerTrigger={stats.bytes // BATCHES}"),
+    ]
+
+    rng = random.Random(SEED)  # noqa: S311 - kill timings, not secrets
+    kills = [Kill(rng.uniform(0.0, 0.02) if i == 1 else rng.uniform(0.1, 1.5)) for i in range(KILLS)]
+    seen = -1
+    for run, kill in enumerate(kills):
+        job = _start(args, tmp_path / f"run{run}.log")
+        # Progress past the last kill first, then a delay: kills land at varied points of a batch.
+        _wait_for(job, target, seen + rng.randint(1, 4))
+        time.sleep(kill.delay)
+        assert job.poll() is None, f"run {run} finished before its kill: {_tail(tmp_path / f'run{run}.log')}"
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+        _wait_session_gone(job.pid)
+        seen = _table_version(target)
+        kill.landed = _where(target, checkpoint)
+
+    job = _start(args, tmp_path / "final.log")
+    _wait_for(job)
+    assert job.returncode == 0, f"the restarted job failed: {_tail(tmp_path / 'final.log')}"
+    report = "; ".join(f"kill {i + 1} after {k.delay:.3f}s: {k.landed}" for i, k in enumerate(kills))
+    print(f"seed {SEED}: {report}; last run: {_tail(tmp_path / 'final.log', 1)}")
+
+    table = DeltaTable(str(target))
+    rows = table.to_pyarrow_table().to_pylist()
+    ids = [row["id"] for row in rows]
+    assert len(ids) == len(set(ids)), "a key is in the table twice"
+    assert {row["id"]: row for row in rows} == truth
+    via_spark = spark.read.parquet(*table.file_uris()).collect()
+    assert sorted((r.asDict() for r in via_spark), key=lambda r: r["id"]) == [truth[k] for k in sorted(truth)]
+
+    applied = _batches_with_rows(checkpoint, source)
+    for log in (target, checkpoint / STATE_DIR):
+        transactions = _transactions(log)
+        _assert_applied_once(transactions)
+        assert [v for _, v in transactions] == applied, f"{log}: not one commit per batch with rows"
+
+
+def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as out:
+        return subprocess.Popen(  # noqa: S603 - our own command, fixed arguments
+            [sys.executable, "-m", "cdcflow", "ingest", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def _wait_for(job: subprocess.Popen[bytes], target: Path | None = None, version: int = 0) -> None:
+    """Until the job exits or, given a target, the table reaches ``version``."""
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while job.poll() is None and (target is None or _table_version(target) < version):
+        if time.monotonic() > deadline:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+            pytest.fail(f"the ingestion made no progress in {RUN_TIMEOUT:.0f} s")
+        time.sleep(0.002)
+
+
+def _wait_session_gone(session: int) -> None:
+    """The killed group (driver, JVM) and the Python workers the JVM started in groups of their own
+    (same session) are gone, zombies aside: no second writer or reader outlives the kill."""
+    deadline = time.monotonic() + 10
+    while _live_members(session):
+        assert time.monotonic() < deadline, f"processes {_live_members(session)} outlived SIGKILL"
+        time.sleep(0.05)
+
+
+def _live_members(session: int) -> list[int]:
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            state, _, _, sid = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:4]
+        except OSError:
+            continue
+        if int(sid) == session and state != "Z":
+            members.append(int(entry.name))
+    return members
+
+
+def _table_version(path: Path) -> int:
+    log = path / "_delta_log"
+    if not log.is_dir():
+        return -1
+    return max((int(p.stem) for p in log.glob("*.json") if p.stem.isdigit()), default=-1)
+
+
+def _where(target: Path, checkpoint: Path) -> str:
+    """Where a kill landed, from the Delta transactions and Spark's offset and commit logs."""
+    applied = _last_txn(target)
+    state = _last_txn(checkpoint / STATE_DIR)
+    planned = _last_batch(checkpoint / "offsets")
+    committed = _last_batch(checkpoint / "commits")
+    if applied > state:
+        return f"between the target commit and the key-state commit of batch {applied}"
+    if planned > applied:
+        return f"in batch {planned} before its Delta commits"
+    if planned > committed:
+        return f"after batch {planned}'s Delta commits, before Spark's commit log"
+    return f"between batches, after batch {committed}"
+
+
+def _last_txn(table: Path) -> int:
+    return max((version for _, version in _transactions(table)), default=-1)
+
+
+def _last_batch(log: Path) -> int:
+    return max((int(p.name) for p in log.iterdir() if p.name.isdigit()), default=-1) if log.is_dir() else -1
+
+
+def _transactions(table: Path) -> list[tuple[str, int]]:
+    """The (appId, version) of every ``txn`` action in the table's JSON commits, in commit order."""
+    found: list[tuple[str, int]] = []
+    log = table / "_delta_log"
+    commits = sorted((p for p in log.glob("*.json") if p.stem.isdigit()), key=lambda p: int(p.stem))
+    for commit in commits:
+        for line in commit.read_text().splitlines():
+            action: dict[str, Any] = json.loads(line) if line.strip() else {}
+            if "txn" in action:
+                found.append((action["txn"]["appId"], int(action["txn"]["version"])))
+    return found
+
+
+def _batches_with_rows(checkpoint: Path, source: Path) -> list[int]:
+    """The committed batches whose byte range holds the start of a line (a batch may hold only the
+    tail of a line the batch before read to its end: such a batch is empty and commits nothing)."""
+    starts, at = [], 0
+    with source.open("rb") as lines:
+        for line in lines:
+            starts.append(at)
+            at += len(line)
+    batches, begin = [], 0
+    for batch in range(_last_batch(checkpoint / "commits") + 1):
+        offsets = json.loads((checkpoint / "offsets" / str(batch)).read_text().splitlines()[-1])
+        end = offsets["files"][str(source)]
+        if bisect.bisect_left(starts, end) > bisect.bisect_left(starts, begin):
+            batches.append(batch)
+        begin = end
+    return batches
+
+
+def _assert_applied_once(transactions: list[tuple[str, int]]) -> None:
+    assert transactions, "no application transactions in the Delta log"
+    assert len(set(transactions)) == len(transactions), "a batch was committed twice"
+    last: dict[str, int] = {}
+    for app, version in transactions:
+        assert version > last.get(app, -1), f"{app}: batch {version} committed after batch {last[app]}"
+        last[app] = version
+    assert len(last) == 1, f"one streaming query, one application id; got {sorted(last)}"
+
+
+def _tail(log: Path, lines: int = 20) -> str:
+    return "\n".join(log.read_text(errors="replace").strip().splitlines()[-lines:])
