@@ -40,7 +40,7 @@ from cdcflow.connectors.lakehouse.changes import (
     prepare,
     sequence_order,
 )
-from cdcflow.connectors.lakehouse.delta_schema import conform, create_table, to_delta_columns
+from cdcflow.connectors.lakehouse.delta_schema import conform, create_table, quote, to_delta_columns
 from cdcflow.connectors.lakehouse.key_state import DELETED_AT, SLOT, STATE_SEQ, UPDATED_AT
 from cdcflow.core import Change, RowKind
 from cdcflow.core.materialize import UpsertMaterializer
@@ -203,8 +203,8 @@ class DeltaChangeApplier:
             target = create_table(self.target, data.schema, key)
         source = conform(target, data, key, self.target).append_column(OP, winners.column(OP))
         columns = [n for n in source.schema.names if n != OP]
-        assignments = {_q(c): f"s.{_q(c)}" for c in columns}
-        on = " AND ".join(f"t.{_q(c)} = s.{_q(c)}" for c in key)
+        assignments = {quote(c): f"s.{quote(c)}" for c in columns}
+        on = " AND ".join(f"t.{quote(c)} = s.{quote(c)}" for c in key)
         (
             target.merge(
                 source,
@@ -397,7 +397,3 @@ class DeltaChangeApplier:
             ]
         )
         return pa.Table.from_pylist(out, schema=state_schema)
-
-
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'

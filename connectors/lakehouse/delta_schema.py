@@ -138,3 +138,8 @@ def local_filesystem(path: str) -> pafs.FileSystem | None:
     if "://" in path and not path.startswith("file://"):
         return None
     return pafs.SubTreeFileSystem(os.path.abspath(path.removeprefix("file://")), pafs.LocalFileSystem())
+
+
+def quote(name: str) -> str:
+    """A column name as a delta-rs (DataFusion) SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'

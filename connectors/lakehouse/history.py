@@ -28,7 +28,7 @@ import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from cdcflow.connectors.errors import ChangelogConsistencyError, ConnectorOptionError
-from cdcflow.connectors.lakehouse.delta_schema import conform, local_filesystem, to_delta_columns
+from cdcflow.connectors.lakehouse.delta_schema import conform, local_filesystem, quote, to_delta_columns
 from cdcflow.core import CdcflowError, Change, RowKind, Version, versions_of
 from cdcflow.core.versioned import changelog_of, event_time, key_tuple
 
@@ -240,21 +240,17 @@ class DeltaHistoryWriter:
         source = conform(table, source.drop_columns([OP]), identity, self.target).append_column(
             OP, source.column(OP)
         )
-        assignments = {_q(c): f"s.{_q(c)}" for c in source.schema.names if c != OP}
+        assignments = {quote(c): f"s.{quote(c)}" for c in source.schema.names if c != OP}
         (
             table.merge(
                 source,
-                predicate=" AND ".join(f"t.{_q(c)} = s.{_q(c)}" for c in identity),
+                predicate=" AND ".join(f"t.{quote(c)} = s.{quote(c)}" for c in identity),
                 source_alias="s",
                 target_alias="t",
                 commit_properties=commit,
             )
-            .when_matched_delete(predicate=f"s.{_q(OP)} = 'D'")
-            .when_matched_update(updates=assignments, predicate=f"s.{_q(OP)} = 'U'")
-            .when_not_matched_insert(updates=assignments, predicate=f"s.{_q(OP)} = 'U'")
+            .when_matched_delete(predicate=f"s.{quote(OP)} = 'D'")
+            .when_matched_update(updates=assignments, predicate=f"s.{quote(OP)} = 'U'")
+            .when_not_matched_insert(updates=assignments, predicate=f"s.{quote(OP)} = 'U'")
             .execute()
         )
-
-
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'

@@ -22,6 +22,7 @@ from cdcflow.connectors.lakehouse.delta_schema import (
     conform,
     create_table,
     local_filesystem,
+    quote,
     to_delta_columns,
 )
 
@@ -105,11 +106,11 @@ def save(
         table = create_table(path, data.schema, [*key, SLOT])
     source = conform(table, data, [*key, SLOT], path).append_column(OP, rows.column(OP))
     columns = [n for n in source.schema.names if n != OP]
-    on = " AND ".join(f"t.{_q(c)} = s.{_q(c)}" for c in (*key, SLOT))
-    assignments = {_q(c): f"s.{_q(c)}" for c in columns}
-    expired = f"t.{_q(DELETED_AT)} < '{_iso(now - retention)}'"
+    on = " AND ".join(f"t.{quote(c)} = s.{quote(c)}" for c in (*key, SLOT))
+    assignments = {quote(c): f"s.{quote(c)}" for c in columns}
+    expired = f"t.{quote(DELETED_AT)} < '{_iso(now - retention)}'"
     if ttl is not None:
-        expired += f" OR t.{_q(UPDATED_AT)} < '{_iso(now - ttl)}'"
+        expired += f" OR t.{quote(UPDATED_AT)} < '{_iso(now - ttl)}'"
     (
         table.merge(
             source,
@@ -136,7 +137,3 @@ def utc_now(clock: float) -> datetime:
 
 def _iso(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _q(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
