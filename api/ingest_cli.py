@@ -179,12 +179,11 @@ def run(args: argparse.Namespace) -> int:
 def print_table(target: str, key: tuple[str, ...]) -> None:
     from deltalake import DeltaTable
 
+    from cdcflow.connectors.lakehouse.delta_schema import read_table
     from cdcflow.core.flinkstr import format_value
 
     table = DeltaTable(target)
-    rows = sorted(
-        table.to_pyarrow_table().to_pylist(), key=lambda r: tuple((r[k] is None, r[k]) for k in key)
-    )
+    rows = sorted(read_table(target).to_pylist(), key=lambda r: tuple((r[k] is None, r[k]) for k in key))
     names = [field.name for field in table.schema().fields]
     print(f"Delta table {target} (version {table.version()}, {len(rows)} rows): [{', '.join(names)}]")
     for row in rows:

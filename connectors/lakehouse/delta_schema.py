@@ -143,3 +143,9 @@ def local_filesystem(path: str) -> pafs.FileSystem | None:
 def quote(name: str) -> str:
     """A column name as a delta-rs (DataFusion) SQL identifier."""
     return '"' + name.replace('"', '""') + '"'
+
+
+def read_table(path: str) -> pa.Table:
+    """The current rows of the Delta table at ``path``, read through :func:`local_filesystem`."""
+    table = DeltaTable(path)
+    return table.to_pyarrow_dataset(filesystem=local_filesystem(path)).to_table()
