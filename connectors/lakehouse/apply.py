@@ -19,20 +19,19 @@ import enum
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake import DeltaTable
 
 from cdcflow.connectors.errors import ConnectorOptionError
 from cdcflow.connectors.lakehouse import key_state
 from cdcflow.connectors.lakehouse.changes import (
     IDX,
-    OP,
     SEQ,
     ChangeBatch,
     check_update_pairs,
@@ -40,7 +39,8 @@ from cdcflow.connectors.lakehouse.changes import (
     prepare,
     sequence_order,
 )
-from cdcflow.connectors.lakehouse.delta_schema import conform, create_table, quote, to_delta_columns
+from cdcflow.connectors.lakehouse.delta_io import OP, applied_version, merge_marked, open_table
+from cdcflow.connectors.lakehouse.delta_schema import create_table, to_delta_columns
 from cdcflow.connectors.lakehouse.key_state import DELETED_AT, SLOT, STATE_SEQ, UPDATED_AT
 from cdcflow.core import Change, RowKind
 from cdcflow.core.materialize import UpsertMaterializer
@@ -114,7 +114,6 @@ class BatchApplied:
     unmatched_retractions: int = 0
     table_version: int | None = None
     seconds: float = 0.0
-    notes: list[str] = field(default_factory=list)
 
 
 class DeltaChangeApplier:
@@ -142,24 +141,30 @@ class DeltaChangeApplier:
 
     def applied_batch(self) -> int:
         """The last batch id committed to the target table (-1 when none)."""
-        return key_state.applied_version(key_state.open_table(self.target), self.app_id)
+        return applied_version(open_table(self.target), self.app_id)
 
     def done(self, batch_id: int) -> bool:
-        """Whether ``batch_id`` was applied: its id is in the key state (committed last) or the target."""
-        if self.options.stateful and self.state_path:
-            return key_state.applied_version(key_state.open_table(self.state_path), self.app_id) >= batch_id
-        return key_state.applied_version(key_state.open_table(self.target), self.app_id) >= batch_id
+        """Whether ``batch_id`` was applied (see :meth:`_progress`)."""
+        return self._progress(batch_id)[2]
+
+    def _progress(self, batch_id: int) -> tuple[DeltaTable | None, DeltaTable | None, bool, bool]:
+        """The target, the key state, whether the batch is done, and whether the target has it.
+
+        The key state commits after the target, so its id means the whole batch landed (a batch that
+        changed only the state has no target commit at all).
+        """
+        target = open_table(self.target)
+        state = open_table(self.state_path) if self.state_path and self.options.stateful else None
+        target_done = applied_version(target, self.app_id) >= batch_id
+        if self.options.stateful:
+            return target, state, applied_version(state, self.app_id) >= batch_id, target_done
+        return target, state, target_done, target_done
 
     def apply(self, table: pa.Table, batch_id: int) -> BatchApplied:
         started = time.perf_counter()
         result = BatchApplied(batch_id, changes=table.num_rows)
-        target = key_state.open_table(self.target)
-        state = key_state.open_table(self.state_path) if self.state_path and self.options.stateful else None
-        target_done = key_state.applied_version(target, self.app_id) >= batch_id
-        # The key state commits after the target, so its id means the whole batch landed (a batch that
-        # changed only the state has no target commit at all).
-        state_done = self.options.stateful and key_state.applied_version(state, self.app_id) >= batch_id
-        if state_done or (target_done and not self.options.stateful):
+        target, state, done, target_done = self._progress(batch_id)
+        if done:
             result.skipped = True
             return result
         options = self.options
@@ -179,7 +184,7 @@ class DeltaChangeApplier:
         result.upserts, result.deletes = int((ops == "U").sum()), int((ops == "D").sum())
         if not target_done and winners.num_rows:
             result.table_version = self._merge(target, winners, batch_id)
-        if state_rows is not None and not state_done and state_rows.num_rows and self.state_path:
+        if state_rows is not None and state_rows.num_rows and self.state_path:
             key_state.save(
                 self.state_path,
                 state,
@@ -201,24 +206,8 @@ class DeltaChangeApplier:
         )
         if target is None:
             target = create_table(self.target, data.schema, key)
-        source = conform(target, data, key, self.target).append_column(OP, winners.column(OP))
-        columns = [n for n in source.schema.names if n != OP]
-        assignments = {quote(c): f"s.{quote(c)}" for c in columns}
-        on = " AND ".join(f"t.{quote(c)} = s.{quote(c)}" for c in key)
-        (
-            target.merge(
-                source,
-                predicate=on,
-                source_alias="s",
-                target_alias="t",
-                commit_properties=CommitProperties(app_transactions=[Transaction(self.app_id, batch_id)]),
-            )
-            .when_matched_delete(predicate=f"s.{OP} = 'D'")
-            .when_matched_update(updates=assignments, predicate=f"s.{OP} = 'U'")
-            .when_not_matched_insert(updates=assignments, predicate=f"s.{OP} = 'U'")
-            .execute()
-        )
-        return int(target.version())
+        source = data.append_column(OP, winners.column(OP))
+        return merge_marked(target, self.target, source, key, self.app_id, batch_id)
 
     def _sequence(
         self, batch: ChangeBatch, state: DeltaTable | None, now: datetime, result: BatchApplied
@@ -288,7 +277,7 @@ class DeltaChangeApplier:
         ordered = {k: [r for _, r in sorted(slots, key=lambda p: p[0])] for k, slots in live.items()}
         materializer = UpsertMaterializer(
             options.upsert_key or None,
-            compare_columns=[c for c in data_columns if c not in options.exclude],
+            compare_columns=data_columns,
             on_unmatched=lambda change: log.warning(
                 "batch %d: retraction %s matched no live row of its key (state expired, or never added)",
                 batch.batch_id,
@@ -359,25 +348,15 @@ class DeltaChangeApplier:
                     }
                 )
                 kept.add(slot)
-            if not rows and self.options.sequence_by is not None:
+            # Slot -1 remembers the key's sequence, and its deletion (a tombstone) when no row is live.
+            if (rows and sequences.get(k) is not None) or (not rows and self.options.sequence_by is not None):
+                tombstone = now if not rows else None
                 out.append(
                     {
                         **marker,
                         SLOT: -1,
                         STATE_SEQ: sequences.get(k),
-                        DELETED_AT: now,
-                        UPDATED_AT: now,
-                        OP: "U",
-                    }
-                )
-                kept.add(-1)
-            elif rows and sequences.get(k) is not None:
-                out.append(
-                    {
-                        **marker,
-                        SLOT: -1,
-                        STATE_SEQ: sequences.get(k),
-                        DELETED_AT: None,
+                        DELETED_AT: tombstone,
                         UPDATED_AT: now,
                         OP: "U",
                     }

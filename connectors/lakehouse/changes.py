@@ -10,10 +10,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdcflow.connectors.errors import ChangelogConsistencyError
+from cdcflow.connectors.lakehouse.delta_io import OP
 from cdcflow.connectors.lakehouse.sequence import sortable
 
 ROW_KINDS = ("+I", "-U", "+U", "-D")
-IDX, SEQ, OP = "_cdcflow_idx", "_cdcflow_seq", "_cdcflow_op"
+IDX, SEQ = "_cdcflow_idx", "_cdcflow_seq"
 _COORDINATES = (("topic", "partition", "offset"), ("file", "line"))
 
 

@@ -9,12 +9,10 @@ fails with :class:`DeltaSchemaError`.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.fs as pafs
 from deltalake import DeltaTable, Field
 from deltalake import Schema as DeltaSchema
 
@@ -127,25 +125,3 @@ def _same_family(source: pa.DataType, target: pa.DataType) -> bool:
     return any(check(source) and check(target) for check in checks) or (
         pa.types.is_integer(source) and pa.types.is_decimal(target)
     )
-
-
-def local_filesystem(path: str) -> pafs.FileSystem | None:
-    """pyarrow's own filesystem rooted at a local table, for ``DeltaTable.to_pyarrow_dataset``.
-
-    Reading through delta-rs's Python filesystem leaves Arrow threads that abort the interpreter at
-    exit ("terminate called without an active exception", delta-rs#2184). None for remote tables.
-    """
-    if "://" in path and not path.startswith("file://"):
-        return None
-    return pafs.SubTreeFileSystem(os.path.abspath(path.removeprefix("file://")), pafs.LocalFileSystem())
-
-
-def quote(name: str) -> str:
-    """A column name as a delta-rs (DataFusion) SQL identifier."""
-    return '"' + name.replace('"', '""') + '"'
-
-
-def read_table(path: str) -> pa.Table:
-    """The current rows of the Delta table at ``path``, read through :func:`local_filesystem`."""
-    table = DeltaTable(path)
-    return table.to_pyarrow_dataset(filesystem=local_filesystem(path)).to_table()

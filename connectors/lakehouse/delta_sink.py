@@ -14,7 +14,7 @@ import json
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +30,7 @@ STATE_DIR = "cdcflow-key-state"
 
 def checkpoint_query_id(checkpoint: str) -> str:
     """The id Spark keeps in ``<checkpoint>/metadata``: stable across restarts from the checkpoint."""
-    path = os.path.join(_local(checkpoint), "metadata")
+    path = os.path.join(checkpoint.removeprefix("file://"), "metadata")
     try:
         with open(path, encoding="utf-8") as handle:
             return str(json.loads(handle.readline())["id"])
@@ -39,10 +39,6 @@ def checkpoint_query_id(checkpoint: str) -> str:
             f"cannot read the streaming query id from {path} ({error}); the Delta sink needs a local or "
             "mounted checkpointLocation, or an explicit app_id"
         ) from None
-
-
-def _local(path: str) -> str:
-    return path[len("file://") :] if path.startswith("file://") else path
 
 
 @dataclass
@@ -58,7 +54,6 @@ class SinkProgress:
     unmatched_retractions: int = 0
     apply_seconds: float = 0.0
     last: BatchApplied | None = None
-    latencies: list[float] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def add(self, applied: BatchApplied) -> None:
@@ -71,7 +66,6 @@ class SinkProgress:
             self.late += applied.late
             self.unmatched_retractions += applied.unmatched_retractions
             self.apply_seconds += applied.seconds
-            self.latencies.append(applied.seconds)
             self.last = applied
 
 
@@ -97,7 +91,11 @@ class DeltaSink:
     def applier(self) -> DeltaChangeApplier:
         if self._applier is None:
             app_id = self.app_id or f"cdcflow-{checkpoint_query_id(self.checkpoint)}"
-            state = os.path.join(_local(self.checkpoint), STATE_DIR) if self.options.stateful else None
+            state = (
+                os.path.join(self.checkpoint.removeprefix("file://"), STATE_DIR)
+                if self.options.stateful
+                else None
+            )
             self._applier = DeltaChangeApplier(self.target, self.options, app_id=app_id, state_path=state)
         return self._applier
 
@@ -158,7 +156,3 @@ def apply_changes(
     if trigger:
         writer = writer.trigger(**trigger)
     return writer.start()
-
-
-def with_app_id(options: ApplyOptions, **changes: object) -> ApplyOptions:
-    return replace(options, **changes)  # type: ignore[arg-type]

@@ -23,19 +23,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from cdcflow.connectors.errors import ChangelogConsistencyError, ConnectorOptionError
-from cdcflow.connectors.lakehouse.delta_schema import conform, local_filesystem, quote, to_delta_columns
+from cdcflow.connectors.lakehouse.delta_io import OP, applied_version, merge_marked, open_table, rows_of_keys
+from cdcflow.connectors.lakehouse.delta_schema import to_delta_columns
 from cdcflow.core import CdcflowError, Change, RowKind, Version, versions_of
 from cdcflow.core.versioned import changelog_of, event_time, key_tuple
 
 log = logging.getLogger(__name__)
-
-OP = "_cdcflow_op"
-"""The merge source's action column: U (insert or update the version) or D (delete it)."""
 
 
 @dataclass(frozen=True)
@@ -90,19 +86,15 @@ class DeltaHistoryWriter:
 
     def applied_batch(self) -> int:
         """The last batch id committed to the table (-1 when none)."""
-        table = self._open()
-        version = table.transaction_version(self.app_id) if table is not None else None
-        return -1 if version is None else int(version)
+        return applied_version(open_table(self.target), self.app_id)
 
     def apply(self, batch: pa.Table | pa.RecordBatch, batch_id: int) -> HistoryResult:
         if isinstance(batch, pa.RecordBatch):
             batch = pa.Table.from_batches([batch])
-        table = self._open()
-        if table is not None:
-            done = table.transaction_version(self.app_id)
-            if done is not None and done >= batch_id:
-                log.info("batch %d already in %s (app %s): skipped", batch_id, self.target, self.app_id)
-                return HistoryResult(batch_id, skipped=True, table_version=table.version())
+        table = open_table(self.target)
+        if table is not None and applied_version(table, self.app_id) >= batch_id:
+            log.info("batch %d already in %s (app %s): skipped", batch_id, self.target, self.app_id)
+            return HistoryResult(batch_id, skipped=True, table_version=table.version())
         data, changes = self._changes(batch, batch_id)
         keys = {key_tuple(change.row, self.key, index) for index, change in enumerate(changes)}
         existing = self._existing(table, keys) if table is not None else []
@@ -122,7 +114,7 @@ class DeltaHistoryWriter:
             # A merge without source rows commits nothing: record the batch id with an empty append.
             write_deltalake(table, source.drop_columns([OP]), mode="append", commit_properties=commit)
         else:
-            self._merge(table, source, commit)
+            merge_marked(table, self.target, source, (*self.key, self.valid_from), self.app_id, batch_id)
         result = HistoryResult(
             batch_id,
             changes=batch.num_rows,
@@ -136,9 +128,6 @@ class DeltaHistoryWriter:
         if result.late:
             log.info("batch %d: %d late changes rewrote the history of their keys", batch_id, result.late)
         return result
-
-    def _open(self) -> DeltaTable | None:
-        return DeltaTable(self.target) if DeltaTable.is_deltatable(self.target) else None
 
     def _changes(self, batch: pa.Table, batch_id: int) -> tuple[pa.Table, list[Change]]:
         names = batch.schema.names
@@ -175,30 +164,18 @@ class DeltaHistoryWriter:
         if not keys:
             return []
         schema = pa.schema(table.schema().to_arrow())
-        pruning: list[tuple[str, str, Any]] = []
-        condition = None
-        for position, column in enumerate(self.key):
-            kind = schema.field(column).type
-            values = sorted({k[position] for k in keys})
-            if pa.types.is_integer(kind) or pa.types.is_string(kind):
-                pruning.append((column, "in", values))
-            # delta-rs merges write strings as string_view, which pyarrow cannot compare with string
-            # statistics: the cast makes the filter apply to rows (files are pruned by the Delta log).
-            clause = pc.field(column).cast(kind).isin(pa.array(values, kind))
-            condition = clause if condition is None else condition & clause
-        dataset = table.to_pyarrow_dataset(
-            file_pruning_predicate=pruning or None, filesystem=self._local_fs()
+        wanted = pa.table(
+            {
+                column: pa.array([k[i] for k in keys], schema.field(column).type)
+                for i, column in enumerate(self.key)
+            }
         )
         versions = []
-        for index, row in enumerate(dataset.to_table(filter=condition).to_pylist()):
+        for index, row in enumerate(rows_of_keys(table, self.target, self.key, wanted).to_pylist()):
             key = key_tuple(row, self.key, index)
-            if key in keys:
-                valid_from, valid_to = row.pop(self.valid_from), row.pop(self.valid_to)
-                versions.append(Version(key, row, valid_from, valid_to))
+            valid_from, valid_to = row.pop(self.valid_from), row.pop(self.valid_to)
+            versions.append(Version(key, row, valid_from, valid_to))
         return versions
-
-    def _local_fs(self) -> pafs.FileSystem | None:
-        return local_filesystem(self.target)
 
     def _late(self, existing: list[Version], changes: list[Change]) -> int:
         known: dict[tuple[Any, ...], Any] = {}
@@ -234,23 +211,3 @@ class DeltaHistoryWriter:
             for i, v in enumerate(versions)
         ]
         return pa.Table.from_pylist(rows, schema=schema)
-
-    def _merge(self, table: DeltaTable, source: pa.Table, commit: CommitProperties) -> None:
-        identity = (*self.key, self.valid_from)
-        source = conform(table, source.drop_columns([OP]), identity, self.target).append_column(
-            OP, source.column(OP)
-        )
-        assignments = {quote(c): f"s.{quote(c)}" for c in source.schema.names if c != OP}
-        (
-            table.merge(
-                source,
-                predicate=" AND ".join(f"t.{quote(c)} = s.{quote(c)}" for c in identity),
-                source_alias="s",
-                target_alias="t",
-                commit_properties=commit,
-            )
-            .when_matched_delete(predicate=f"s.{quote(OP)} = 'D'")
-            .when_matched_update(updates=assignments, predicate=f"s.{quote(OP)} = 'U'")
-            .when_not_matched_insert(updates=assignments, predicate=f"s.{quote(OP)} = 'U'")
-            .execute()
-        )

@@ -7,6 +7,7 @@ unless ``sequence_by`` names another column or ``none``.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Mapping
@@ -203,8 +204,6 @@ def _lag(last: Mapping[str, Any] | None) -> str:
 
 def _parse(value: Any) -> Any:
     if isinstance(value, str):
-        import json
-
         try:
             return json.loads(value)
         except ValueError:

@@ -15,16 +15,10 @@ from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake import DeltaTable
 
-from cdcflow.connectors.lakehouse.changes import OP
-from cdcflow.connectors.lakehouse.delta_schema import (
-    conform,
-    create_table,
-    local_filesystem,
-    quote,
-    to_delta_columns,
-)
+from cdcflow.connectors.lakehouse.delta_io import OP, merge_marked, quote, rows_of_keys
+from cdcflow.connectors.lakehouse.delta_schema import create_table, to_delta_columns
 
 SLOT, STATE_SEQ, DELETED_AT, UPDATED_AT = (
     "_cdcflow_slot",
@@ -32,19 +26,7 @@ SLOT, STATE_SEQ, DELETED_AT, UPDATED_AT = (
     "_cdcflow_deleted_at",
     "_cdcflow_updated_at",
 )
-META = (SLOT, STATE_SEQ, DELETED_AT, UPDATED_AT)
 TIMESTAMP = pa.timestamp("us", tz="UTC")
-
-
-def open_table(path: str) -> DeltaTable | None:
-    return DeltaTable(path) if DeltaTable.is_deltatable(path) else None
-
-
-def applied_version(table: DeltaTable | None, app_id: str) -> int:
-    if table is None:
-        return -1
-    version = table.transaction_version(app_id)
-    return -1 if version is None else int(version)
 
 
 def load(
@@ -59,21 +41,7 @@ def load(
     """The live state rows of ``keys`` (expired tombstones and entries past the TTL left out)."""
     if table is None:
         return None
-    dataset = table.to_pyarrow_dataset(filesystem=local_filesystem(path))
-    if len(key) == 1:
-        kind = pa.schema(table.schema().to_arrow()).field(key[0]).type
-        wanted = pc.unique(keys.column(key[0])).cast(kind)
-        # delta-rs merges write strings as string_view: cast before comparing with the batch's keys.
-        rows = dataset.to_table(filter=pc.field(key[0]).cast(kind).isin(wanted))
-    else:
-        rows = dataset.to_table()
-        # Join on the keys alone (Arrow joins refuse nested payload columns), then take the rows.
-        probe = rows.select(list(key)).append_column(
-            "_cdcflow_pos", pa.array(range(rows.num_rows), pa.int64())
-        )
-        wanted = keys.select(list(key)).group_by(list(key)).aggregate([])
-        hits = probe.join(wanted, list(key), join_type="inner", use_threads=False)
-        rows = rows.take(hits.column("_cdcflow_pos"))
+    rows = rows_of_keys(table, path, key, keys)
     return rows.filter(_alive(rows, now, retention, ttl))
 
 
@@ -101,30 +69,13 @@ def save(
     ttl: timedelta | None,
 ) -> None:
     """Upsert ``rows`` (with ``_cdcflow_op`` D marking slots to remove) and drop expired entries."""
-    data = to_delta_columns(rows.drop_columns([OP]))
+    data = to_delta_columns(rows.drop_columns([OP])).append_column(OP, rows.column(OP))
     if table is None:
-        table = create_table(path, data.schema, [*key, SLOT])
-    source = conform(table, data, [*key, SLOT], path).append_column(OP, rows.column(OP))
-    columns = [n for n in source.schema.names if n != OP]
-    on = " AND ".join(f"t.{quote(c)} = s.{quote(c)}" for c in (*key, SLOT))
-    assignments = {quote(c): f"s.{quote(c)}" for c in columns}
+        table = create_table(path, data.drop_columns([OP]).schema, [*key, SLOT])
     expired = f"t.{quote(DELETED_AT)} < '{_iso(now - retention)}'"
     if ttl is not None:
         expired += f" OR t.{quote(UPDATED_AT)} < '{_iso(now - ttl)}'"
-    (
-        table.merge(
-            source,
-            predicate=on,
-            source_alias="s",
-            target_alias="t",
-            commit_properties=CommitProperties(app_transactions=[Transaction(app_id, batch_id)]),
-        )
-        .when_matched_delete(predicate=f"s.{OP} = 'D'")
-        .when_matched_update(updates=assignments, predicate=f"s.{OP} = 'U'")
-        .when_not_matched_insert(updates=assignments, predicate=f"s.{OP} = 'U'")
-        .when_not_matched_by_source_delete(predicate=expired)
-        .execute()
-    )
+    merge_marked(table, path, data, [*key, SLOT], app_id, batch_id, delete_unmatched=expired)
 
 
 def stamp(now: datetime) -> pa.Scalar:

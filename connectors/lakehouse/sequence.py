@@ -62,16 +62,16 @@ def _fixed(numbers: np.ndarray, array: pa.Array) -> pa.Array:
 
 
 def _int_lists(array: pa.Array) -> pa.Array:
-    flat = array.flatten()
-    if flat.null_count:
+    """Each list as the concatenation of its elements' 8-byte keys: the list's offsets times 8."""
+    offsets = np.asarray(array.offsets, dtype=np.int64)
+    values = array.values.slice(offsets[0], offsets[-1] - offsets[0])
+    if pc.any(pc.is_null(array.flatten())).as_py():
         raise ConnectorOptionError("sequence_by arrays must not hold nulls")
-    encoded = (np.asarray(flat.cast(pa.int64()), dtype=np.int64).view(np.uint64) ^ _SIGN).astype(">u8")
-    raw = encoded.tobytes()
-    offsets = np.asarray(array.offsets, dtype=np.int64) * 8
-    out = [
-        None if not valid else raw[start:end]
-        for valid, start, end in zip(
-            np.asarray(array.is_valid()), offsets[:-1] - offsets[0], offsets[1:] - offsets[0], strict=True
-        )
-    ]
-    return pa.array(out, pa.large_binary())
+    encoded = (
+        np.asarray(values.cast(pa.int64()).fill_null(0), dtype=np.int64).view(np.uint64) ^ _SIGN
+    ).astype(">u8")
+    data = pa.py_buffer(encoded.tobytes())
+    keys = pa.Array.from_buffers(
+        pa.large_binary(), len(array), [None, pa.py_buffer((offsets - offsets[0]) * 8), data]
+    )
+    return pc.if_else(pc.is_null(array), pa.scalar(None, pa.large_binary()), keys)

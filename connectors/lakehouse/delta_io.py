@@ -1,0 +1,117 @@
+"""Reading and merging Delta tables the way every cdcflow writer does: by key, marked, exactly once.
+
+A writer's merge source carries ``_cdcflow_op``: ``U`` inserts or updates the target row with the same
+identity, ``D`` deletes it. The commit records ``(app_id, batch_id)`` as a Delta application
+transaction, which is how a replayed batch is recognised.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+from deltalake import CommitProperties, DeltaTable, Transaction
+
+from cdcflow.connectors.lakehouse.delta_schema import conform
+
+OP = "_cdcflow_op"
+"""The merge source's action column: U (insert or update) or D (delete)."""
+
+
+def open_table(path: str) -> DeltaTable | None:
+    return DeltaTable(path) if DeltaTable.is_deltatable(path) else None
+
+
+def applied_version(table: DeltaTable | None, app_id: str) -> int:
+    """The last batch id ``app_id`` committed to ``table`` (-1 when none)."""
+    version = table.transaction_version(app_id) if table is not None else None
+    return -1 if version is None else int(version)
+
+
+def quote(name: str) -> str:
+    """A column name as a delta-rs (DataFusion) SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+def merge_marked(
+    table: DeltaTable,
+    path: str,
+    source: pa.Table,
+    identity: Sequence[str],
+    app_id: str,
+    batch_id: int,
+    *,
+    delete_unmatched: str | None = None,
+) -> int:
+    """Merge ``source`` (with ``_cdcflow_op``) into ``table`` on ``identity``; returns the new version.
+
+    ``delete_unmatched`` is a predicate on the target (``t.``) for rows the source does not name that
+    should go in the same commit (expired state).
+    """
+    data = conform(table, source.drop_columns([OP]), identity, path).append_column(OP, source.column(OP))
+    assignments = {quote(c): f"s.{quote(c)}" for c in data.schema.names if c != OP}
+    merger = (
+        table.merge(
+            data,
+            predicate=" AND ".join(f"t.{quote(c)} = s.{quote(c)}" for c in identity),
+            source_alias="s",
+            target_alias="t",
+            commit_properties=CommitProperties(app_transactions=[Transaction(app_id, batch_id)]),
+        )
+        .when_matched_delete(predicate=f"s.{OP} = 'D'")
+        .when_matched_update(updates=assignments, predicate=f"s.{OP} = 'U'")
+        .when_not_matched_insert(updates=assignments, predicate=f"s.{OP} = 'U'")
+    )
+    if delete_unmatched is not None:
+        merger = merger.when_not_matched_by_source_delete(predicate=delete_unmatched)
+    merger.execute()
+    return int(table.version())
+
+
+def local_filesystem(path: str) -> pafs.FileSystem | None:
+    """pyarrow's own filesystem rooted at a local table, for ``DeltaTable.to_pyarrow_dataset``.
+
+    Reading through delta-rs's Python filesystem leaves Arrow threads that abort the interpreter at
+    exit ("terminate called without an active exception", delta-rs#2184). None for remote tables.
+    """
+    if "://" in path and not path.startswith("file://"):
+        return None
+    return pafs.SubTreeFileSystem(os.path.abspath(path.removeprefix("file://")), pafs.LocalFileSystem())
+
+
+def read_table(path: str) -> pa.Table:
+    """The current rows of the Delta table at ``path``, read through :func:`local_filesystem`."""
+    return DeltaTable(path).to_pyarrow_dataset(filesystem=local_filesystem(path)).to_table()
+
+
+def rows_of_keys(table: DeltaTable, path: str, key: Sequence[str], keys: pa.Table) -> pa.Table:
+    """The rows of ``table`` whose ``key`` columns equal one of the rows of ``keys``.
+
+    Files are pruned by the Delta log's statistics; delta-rs merges write strings as string_view, so
+    each filter casts the column to the table's type before comparing.
+    """
+    schema = pa.schema(table.schema().to_arrow())
+    pruning: list[tuple[str, str, object]] = []
+    condition = None
+    for column in key:
+        kind = schema.field(column).type
+        values = pc.unique(keys.column(column)).cast(kind)
+        if pa.types.is_integer(kind) or pa.types.is_string(kind):
+            pruning.append((column, "in", values.to_pylist()))
+        clause = pc.field(column).cast(kind).isin(values)
+        condition = clause if condition is None else condition & clause
+    dataset = table.to_pyarrow_dataset(
+        file_pruning_predicate=pruning or None, filesystem=local_filesystem(path)
+    )
+    rows = dataset.to_table(filter=condition)
+    if len(key) == 1:
+        return rows
+    # Per-column filters admit cross combinations: keep the exact key tuples (joining on the keys
+    # alone, since Arrow joins refuse nested payload columns).
+    probe = rows.select(list(key)).append_column("_cdcflow_pos", pa.array(range(rows.num_rows), pa.int64()))
+    wanted = keys.select(list(key)).group_by(list(key)).aggregate([])
+    hits = probe.join(wanted, list(key), join_type="inner", use_threads=False)
+    return rows.take(hits.column("_cdcflow_pos"))
