@@ -62,6 +62,16 @@ class FromChangelog:
         self._single_image = params.before if params.after is None else params.after
         self._drop_from_flat = {params.op} | ({params.order_by} if params.order_by else set())
         self._drop_from_flat -= set(params.passthrough)
+        # process_images may skip building the envelope when nothing reads it: no state, ordering,
+        # passthrough or key check, and no unknown code whose record is handed over as rejected.
+        self._images_direct = (
+            self._state is None
+            and self._buffer is None
+            and params.nested
+            and not params.passthrough
+            and not params.partition_by
+            and params.invalid_op_handling is InvalidOpHandling.FAIL
+        )
 
     def process(self, record: Mapping[str, Any]) -> list[Change]:
         index = self.metrics.records_in
@@ -97,11 +107,11 @@ class FromChangelog:
     def process_images(self, code: Any, before: Row | None, after: Row | None) -> list[Change]:
         """``process`` for a record that is already split into its operation code and images.
 
-        Format decoders call this: it skips building and unpacking an envelope dict when the
-        conversion is stateless and unordered, and is exactly ``process`` otherwise.
+        Format decoders call this: it skips building and unpacking an envelope dict when nothing
+        needs the whole record, and is exactly ``process`` otherwise.
         """
         params = self.params
-        if self._state is not None or self._buffer is not None or params.passthrough or not params.nested:
+        if not self._images_direct:
             record = {params.op: code}
             if params.before is not None:
                 record[params.before] = before

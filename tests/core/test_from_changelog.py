@@ -265,6 +265,30 @@ def test_watermark_compaction_of_retractions_keeps_the_first_before_image() -> N
     assert out == [ub(id=1, v="a"), ua(id=1, v="c")]
 
 
+@pytest.mark.parametrize(
+    ("params", "record"),
+    [
+        ({}, {"op": "INSERT", "before": None, "after": {"id": 1}}),
+        ({"partition_by": "id"}, {"op": "INSERT", "before": None, "after": {"id": None}}),
+        ({"invalid_op_handling": "SKIP"}, {"op": "TRUNCATE", "before": None, "after": {"id": 1}}),
+    ],
+    ids=["plain", "null-key", "skipped-code"],
+)
+def test_process_images_is_process_of_the_envelope(params: dict[str, Any], record: dict[str, Any]) -> None:
+    def outcome(feed: Any) -> tuple[Any, list[Rejected]]:
+        rejected: list[Rejected] = []
+        conversion = FromChangelog(
+            plan_from_changelog(before="before", after="after", **params), on_reject=rejected.append
+        )
+        try:
+            return feed(conversion), rejected
+        except ChangelogDataError as error:
+            return (type(error), str(error)), rejected
+
+    expected = outcome(lambda c: c.process(record))
+    assert outcome(lambda c: c.process_images(record["op"], record["before"], record["after"])) == expected
+
+
 def test_changes_print_flink_style() -> None:
     assert str(Change.parse_kind("+I", {"id": 5, "name": "name"})) == "+I[5, name]"
     assert str(ub(id=5, w=1.0, ok=True, x=None)) == "-U[5, 1.0, true, null]"

@@ -456,7 +456,6 @@ def test_4_1_3_8_upsert_stream_to_upsert_stream_with_deletion_flag() -> None:
 
 
 def test_4_1_3_9_upsert_stream_to_retract_stream() -> None:
-    store = InMemoryStateStore()
     kwargs: dict[str, Any] = {
         "partition_by": "id",
         "uid": "my-cdc-ptf",
@@ -468,15 +467,7 @@ def test_4_1_3_9_upsert_stream_to_retract_stream() -> None:
         {"__op": "u", "id": 1, "name": "b"},
         {"__op": "d", "id": 1, "name": "b"},
     ]
-    emitted, states = run_steps(
-        from_changelog,
-        rows,
-        probe=lambda: len(store),
-        state_store=store,
-        state_ttl=timedelta(minutes=10),
-        clock=FakeClock(),
-        **kwargs,
-    )
+    emitted, states = _run_with_state(rows, **kwargs)
     assert_exact(
         flat(emitted), [ins(id=1, name="a"), ub(id=1, name="a"), ua(id=1, name="b"), dele(id=1, name="b")]
     )
