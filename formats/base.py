@@ -17,7 +17,10 @@ import orjson
 
 from cdcflow.core.errors import ChangelogDataError
 from cdcflow.core.model import Change
+from cdcflow.core.params import plan_to_changelog
+from cdcflow.core.to_envelopes import ToChangelog
 from cdcflow.formats.errors import DecodeError, FieldError, FormatOptionError
+from cdcflow.formats.options import Option, boolean
 from cdcflow.formats.types import DataType, Field, Schema
 from cdcflow.formats.values import InexactNumber, loads_exact
 
@@ -65,8 +68,9 @@ class DeadLetter:
 class ControlEvent:
     """A message that is not a row change and goes to a side output, never into the changelog.
 
-    ``kind`` is ``truncate`` or ``message`` (Debezium ``t`` / ``m``), ``schema-change`` (a Canal or
-    Maxwell DDL) or ``init`` (Canal's INIT); ``payload`` is the decoded envelope.
+    ``kind`` is ``truncate`` (Debezium ``t``, OGG ``T``) or ``message`` (Debezium ``m``), ``schema-change``
+    (a Canal or Maxwell DDL), ``init`` (Canal's INIT) or ``bootstrap`` (Maxwell's bootstrap markers);
+    ``payload`` is the decoded envelope.
     """
 
     kind: str
@@ -190,6 +194,14 @@ def parse_json(data: bytes) -> Any:
     return loads_exact(data) if _EXACT_NUMBERS.get() else orjson.loads(data)
 
 
+SCHEMA_INCLUDE = Option(
+    "schema-include",
+    boolean,
+    False,
+    "messages have Kafka Connect's {schema, payload} form (the JSON converter with schemas.enable)",
+)
+
+
 def connect_payload(
     envelope: dict[str, Any], *, schema_include: bool, format_name: str, marker: str
 ) -> tuple[dict[str, Any], Any]:
@@ -253,6 +265,50 @@ class Encoder(ABC):
             out.extend(self.encode(change))
         out.extend(self.flush())
         return out
+
+
+class EnvelopeEncoder(Encoder):
+    """TO_CHANGELOG into ``{op, "before", "after"}`` envelopes, a ``-U`` waiting for its key's ``+U`` to
+    make one update; subclasses write each envelope as the format's message in :meth:`_serialise`."""
+
+    def __init__(self, op_field: str, op_mapping: Mapping[str, str], key_columns: Sequence[str]) -> None:
+        self.key_columns = tuple(key_columns)
+        self._engine = ToChangelog(
+            plan_to_changelog(
+                op=op_field,
+                before="before",
+                after="after",
+                op_mapping=op_mapping,
+                partition_by=self.key_columns or None,
+                produces_full_deletes=True,
+            )
+        )
+
+    def encode(self, change: Change) -> list[Encoded]:
+        return [self._serialise(envelope) for envelope in self._engine.process(change)]
+
+    def flush(self) -> list[Encoded]:
+        return [self._serialise(envelope) for envelope in self._engine.flush()]
+
+    @abstractmethod
+    def _serialise(self, envelope: Mapping[str, Any]) -> Encoded:
+        """One envelope of the engine as the format's message."""
+
+
+def require_schema(schema: Schema | None, format_name: str) -> Schema:
+    if schema is None:
+        raise FormatOptionError(
+            f"format '{format_name}' needs the table schema: pass it as a Spark DDL string, e.g. "
+            "schema='id INT NOT NULL, name STRING'"
+        )
+    return schema
+
+
+def check_key_columns(schema: Schema, key_columns: Sequence[str]) -> tuple[str, ...]:
+    for column in key_columns:
+        if column not in schema:
+            raise FormatOptionError(f"key column '{column}' is not in the schema ({schema.names})")
+    return tuple(key_columns)
 
 
 @dataclass(frozen=True)

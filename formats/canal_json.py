@@ -2,8 +2,9 @@
 
 Decoding, as Flink's, plus:
 
-- the ``-U`` row of ``data[i]`` is ``data[i]`` overlaid by ``old[i]``; a key in ``old[i]`` whose value
-  is null is a change to NULL (Flink keeps the new value);
+- the ``-U`` row of ``data[i]`` is ``data[i]`` overlaid by ``old[i]`` alone (a key in ``old[i]`` whose
+  value is null is a change from NULL); Flink looks a column up in every image of ``old``, so a column
+  another row of the message changed is NULL in this row's ``-U``;
 - DDL (``isDdl: true``, or a DDL ``type``) and ``INIT`` messages go to the side output as ``schema-change``
   / ``init`` control events; messages outside ``database.include`` / ``table.include`` are counted as
   filtered;
@@ -46,12 +47,14 @@ from cdcflow.formats.flat_json_common import (
     ConverterFactory,
     FlatJsonConfig,
     FlatJsonEncoder,
+    FlatJsonFormat,
     ImageReader,
     MetadataSource,
     add_metadata,
     epoch_millis,
     include_options,
     json_options,
+    key_bytes,
     plain_decimal,
     target_options,
 )
@@ -62,7 +65,6 @@ from cdcflow.formats.jsonenc import (
     format_timestamp,
     value_encoder,
 )
-from cdcflow.formats.registry import FormatFactory
 from cdcflow.formats.types import (
     INT,
     INTEGER_KINDS,
@@ -419,46 +421,32 @@ def _utc_local(value: dt.datetime) -> dt.datetime:
 
 
 class CanalJsonEncoder(FlatJsonEncoder):
-    """Writes one Canal message per change; a ``-U`` waits for its ``+U`` to make one UPDATE.
-
-    The Kafka key is the key columns (as written in ``data``) as a JSON object, or None without keys.
-    """
+    """Writes one Canal message per change, values as text; a ``-U`` waits for its ``+U`` to make one
+    UPDATE. The Kafka key is the key columns (as written in ``data``) as a JSON object, or None."""
 
     format_name = NAME
     op_field = "type"
     op_names = ("INSERT", "UPDATE", "DELETE")
+    value_writer = value_text
 
     def __init__(self, config: FlatJsonConfig, key_columns: Sequence[str]) -> None:
         super().__init__(config, key_columns)
-        self._columns = [(f.name, value_text(f.type, config)) for f in self.schema]
         self._mysql_types = {f.name: mysql_type_of(f.type)[0] for f in self.schema}
         self._sql_types = {f.name: mysql_type_of(f.type)[1] for f in self.schema}
-
-    def _text(self, row: Mapping[str, Any], *, keep_nulls: bool = False) -> dict[str, str | None]:
-        out: dict[str, str | None] = {}
-        for name, write in self._columns:
-            value = row.get(name)
-            if value is not None:
-                out[name] = write(value)
-            elif keep_nulls or not self.config.ignore_null_fields:
-                out[name] = None
-        return out
 
     def _serialise(self, envelope: Mapping[str, Any]) -> Encoded:
         kind: str = envelope["type"]
         before, after = envelope.get("before"), envelope.get("after")
         old = None
         if kind == "UPDATE" and after is not None and before is not None:
-            old_text, new_text = self._text(before, keep_nulls=True), self._text(after, keep_nulls=True)
-            old = [{name: text for name, text in old_text.items() if text != new_text[name]}]
+            old = [self._writer.changed(before, after)]
         elif kind == "UPDATE":
             # A -U whose +U never came: the row is retracted, which Canal says with a DELETE.
             kind = "DELETE"
         image = after if after is not None else before
         assert image is not None  # noqa: S101 - every envelope carries a row
-        data = self._text(image)
         message = {
-            "data": [data],
+            "data": [self._writer.write(image)],
             "database": self.config.encode_database,
             "isDdl": False,
             "mysqlType": self._mysql_types,
@@ -468,24 +456,12 @@ class CanalJsonEncoder(FlatJsonEncoder):
             "table": self.config.encode_table,
             "type": kind,
         }
-        key = None
-        if self.key_columns:
-            key_text = self._text(image, keep_nulls=True)
-            key = orjson.dumps({name: key_text[name] for name in self.key_columns})
-        return Encoded(key, orjson.dumps(message))
+        return Encoded(key_bytes(image, self.key_columns, self._writer), orjson.dumps(message))
 
 
-class CanalJsonFormat(FormatFactory):
+class CanalJsonFormat(FlatJsonFormat):
     name = NAME
     options = OPTIONS
     metadata_columns = METADATA
-
-    def create_decoder(
-        self, options: Mapping[str, str], schema: Schema | None = None, metadata: Sequence[str] = ()
-    ) -> CanalJsonDecoder:
-        return CanalJsonDecoder(FlatJsonConfig.from_options(OPTIONS, METADATA, options, schema, metadata))
-
-    def create_encoder(
-        self, options: Mapping[str, str], schema: Schema, key_columns: Sequence[str] = ()
-    ) -> CanalJsonEncoder:
-        return CanalJsonEncoder(FlatJsonConfig.from_options(OPTIONS, METADATA, options, schema), key_columns)
+    decoder_class = CanalJsonDecoder
+    encoder_class = CanalJsonEncoder

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from decimal import Decimal
 from enum import Enum
 from typing import Any
@@ -18,20 +18,21 @@ import orjson
 from cdcflow.core.from_envelopes import FromChangelog
 from cdcflow.core.model import Change, Row
 from cdcflow.core.params import plan_from_changelog
-from cdcflow.formats.base import FormatMetrics, MetadataColumn, metadata_column_name, metadata_schema
+from cdcflow.formats.base import FormatMetrics, Message, MetadataColumn, metadata_column_name, metadata_schema
 from cdcflow.formats.base import output_schema as base_output_schema
 from cdcflow.formats.debezium_position import source_sequence
 from cdcflow.formats.errors import FieldError
 from cdcflow.formats.options import Option, choice, names
 from cdcflow.formats.types import (
     BIGINT,
+    INTEGER_KINDS,
     STRING,
     TIMESTAMP_LTZ_MILLIS,
     DataType,
     Schema,
     TypeKind,
 )
-from cdcflow.formats.values import UNAVAILABLE, Converter, converter
+from cdcflow.formats.values import UNAVAILABLE, Converter, RowConverter, converter
 
 PLACEHOLDER = "__debezium_unavailable_value"
 _PLACEHOLDER_BASE64 = base64.b64encode(PLACEHOLDER.encode()).decode()
@@ -54,6 +55,11 @@ class UnavailableHandling(Enum):
 OP_MAPPINGS = {
     DebeziumMode.RETRACT: {"c, r": "INSERT", "u": "UPDATE_BEFORE, UPDATE_AFTER", "d": "DELETE"},
     DebeziumMode.UPSERT: {"c, r": "INSERT", "u": "UPDATE_AFTER", "d": "DELETE"},
+}
+#: The encoders' TO_CHANGELOG mappings: an update is one ``u`` event.
+ENCODE_OP_MAPPINGS = {
+    DebeziumMode.RETRACT: {"INSERT": "c", "UPDATE_BEFORE, UPDATE_AFTER": "u", "DELETE": "d"},
+    DebeziumMode.UPSERT: {"INSERT": "c", "UPDATE_AFTER": "u", "DELETE": "d"},
 }
 
 MODE_HELP = (
@@ -258,15 +264,29 @@ class ChangeBuilder:
                 metrics.unavailable_values += 1
         return missing
 
-    def state_key(self, row: Row | None, message_key: Mapping[str, Any] | None) -> Hashable | None:
-        """The key the filling state is kept under: the key columns, else the Kafka key's fields."""
+    def state_key(
+        self, row: Row | None, message: Message, key_fields: Callable[[Message], Mapping[str, Any] | None]
+    ) -> Hashable | None:
+        """The key the filling state is kept under: the key columns, else the fields of the Kafka key
+        (read by ``key_fields`` only then; None when they cannot be had)."""
         if self._images is None:
             return None
-        if self.key_columns and row is not None:
-            return tuple(_hashable(row.get(c)) for c in self.key_columns)
-        if message_key:
-            return tuple((k, _hashable(v)) for k, v in message_key.items())
+        if self.key_columns:
+            return tuple(_hashable(row.get(c)) for c in self.key_columns) if row is not None else None
+        fields = key_fields(message)
+        return tuple((k, _hashable(v)) for k, v in fields.items()) if fields else None
+
+
+def image(rows: RowConverter, value: Any, field: str, shape: str = "a JSON object") -> Row | None:
+    """The ``before`` / ``after`` image as a typed row (None stays None); errors name ``field.column``."""
+    if value is None:
         return None
+    if not isinstance(value, dict):
+        raise FieldError(field, f"the image must be {shape}, got {type(value).__name__}")
+    try:
+        return rows.convert(value)
+    except FieldError as error:
+        raise FieldError(f"{field}.{error.field}", error.reason) from None
 
 
 def _hashable(value: Any) -> Hashable:
@@ -283,12 +303,7 @@ def coerce_converter(convert: Converter, source: DataType, target: DataType, col
         return convert
     if target.kind is TypeKind.STRING:
         return lambda v: _as_text(convert(v))
-    numeric = {TypeKind.DECIMAL, TypeKind.FLOAT, TypeKind.DOUBLE} | {
-        TypeKind.TINYINT,
-        TypeKind.SMALLINT,
-        TypeKind.INT,
-        TypeKind.BIGINT,
-    }
+    numeric = {TypeKind.DECIMAL, TypeKind.FLOAT, TypeKind.DOUBLE} | INTEGER_KINDS
     if source.kind in numeric and target.kind in numeric:
         cast = converter(target)
         return lambda v: cast(_plain_number(convert(v)))

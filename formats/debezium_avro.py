@@ -17,26 +17,34 @@ from __future__ import annotations
 import io
 import json
 import threading
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import fastavro
 
-from cdcflow.core.model import Change
-from cdcflow.core.params import plan_to_changelog
-from cdcflow.core.to_envelopes import ToChangelog
 from cdcflow.formats import avro_types
-from cdcflow.formats.base import ControlEvent, Decoded, Decoder, Encoded, Encoder, FormatMetrics, Message
+from cdcflow.formats.base import (
+    ControlEvent,
+    Decoded,
+    Decoder,
+    Encoded,
+    EnvelopeEncoder,
+    FormatMetrics,
+    Message,
+    check_key_columns,
+)
 from cdcflow.formats.debezium import (
     CONTROL_OPS,
     DEBEZIUM_OPTIONS,
+    ENCODE_OP_MAPPINGS,
     METADATA,
     ChangeBuilder,
     DebeziumMode,
     UnavailableHandling,
     check_metadata,
     coerce_converter,
+    image,
     is_unavailable,
     metadata_values,
     output_schema,
@@ -172,9 +180,7 @@ class DebeziumAvroConfig:
             except SchemaError as error:
                 raise FormatOptionError(str(error)) from None
         if schema is not None:
-            for column in config.key_columns:
-                if column not in schema:
-                    raise FormatOptionError(f"key column '{column}' is not in the schema ({schema.names})")
+            check_key_columns(schema, config.key_columns)
             output_schema(schema, config.metadata)
         if config.url is not None:
             _check_client(config.registry)
@@ -276,9 +282,9 @@ class DebeziumAvroDecoder(Decoder):
             return ControlEvent(CONTROL_OPS[op], message, payload)
         if not isinstance(op, str):
             raise FieldError("op", "the operation code is missing or not a string; is this a Debezium event?")
-        before = _image(writer.rows, payload.get("before"), "before")
-        after = _image(writer.rows, payload.get("after"), "after")
-        key = self._state_key(after if after is not None else before, message)
+        before = image(writer.rows, payload.get("before"), "before", "a record")
+        after = image(writer.rows, payload.get("after"), "after", "a record")
+        key = self._builder.state_key(after if after is not None else before, message, self._key)
         changes, missing = self._builder.changes(op, before, after, key, metrics)
         if self.config.metadata:
             extra = metadata_values(self.config.metadata, payload, missing, writer.text)
@@ -353,17 +359,10 @@ class DebeziumAvroDecoder(Decoder):
             rows = RowConverter(declared, converters=chosen, unavailable=is_unavailable)
         return _Writer(text, parsed, rows)
 
-    def _state_key(self, row: dict[str, Any] | None, message: Message) -> Hashable | None:
-        builder = self._builder
-        if builder.unavailable is not UnavailableHandling.FILL:
-            return None
-        if builder.key_columns or message.key is None:
-            return builder.state_key(row, None)
-        return builder.state_key(row, self._key(message.key))
-
-    def _key(self, data: bytes) -> dict[str, Any] | None:
+    def _key(self, message: Message) -> dict[str, Any] | None:
         """The Kafka key's fields, when it is an Avro record whose schema can be had; else None."""
-        if len(data) < HEADER_SIZE or data[0] != MAGIC_BYTE:
+        data = message.key
+        if data is None or len(data) < HEADER_SIZE or data[0] != MAGIC_BYTE:
             return None
         schema_id = int.from_bytes(data[1:HEADER_SIZE], "big")
         parsed = self._keys.get(schema_id)
@@ -397,18 +396,7 @@ def _header(value: bytes) -> int:
     return int.from_bytes(value[1:HEADER_SIZE], "big")
 
 
-def _image(rows: RowConverter, value: Any, field_name: str) -> dict[str, Any] | None:
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise FieldError(field_name, f"the image must be a record, got {type(value).__name__}")
-    try:
-        return rows.convert(value)
-    except FieldError as error:
-        raise FieldError(f"{field_name}.{error.field}", error.reason) from None
-
-
-class DebeziumAvroEncoder(Encoder):
+class DebeziumAvroEncoder(EnvelopeEncoder):
     """Writes ``{before, after, op}`` Envelope records in Confluent's wire format.
 
     The writer schema is the ``schema`` option's, else generated from the table schema (Debezium's
@@ -424,21 +412,9 @@ class DebeziumAvroEncoder(Encoder):
         self, config: DebeziumAvroConfig, key_columns: Sequence[str], topic_name: str = "cdcflow"
     ) -> None:
         assert config.schema is not None  # noqa: S101 - encoders need the row schema
+        super().__init__("op", ENCODE_OP_MAPPINGS[config.mode], key_columns)
         self.config = config
-        self.key_columns = tuple(key_columns)
         self.subject = config.subject or f"{topic_name}-value"
-        upsert = config.mode is DebeziumMode.UPSERT
-        update = "UPDATE_AFTER" if upsert else "UPDATE_BEFORE, UPDATE_AFTER"
-        self._engine = ToChangelog(
-            plan_to_changelog(
-                op="op",
-                before="before",
-                after="after",
-                op_mapping={"INSERT": "c", update: "u", "DELETE": "d"},
-                partition_by=self.key_columns or None,
-                produces_full_deletes=True,
-            )
-        )
         if config.writer_schema is not None:
             self.writer_schema = config.writer_schema
         else:
@@ -467,12 +443,6 @@ class DebeziumAvroEncoder(Encoder):
                 f"the encoder needs a schema id: set '{NAME}.url' to register the writer schema, or "
                 f"'{NAME}.schema-id' to write a known id"
             )
-
-    def encode(self, change: Change) -> list[Encoded]:
-        return [self._serialise(envelope) for envelope in self._engine.process(change)]
-
-    def flush(self) -> list[Encoded]:
-        return [self._serialise(envelope) for envelope in self._engine.flush()]
 
     def _serialise(self, envelope: Mapping[str, Any]) -> Encoded:
         before, after = envelope.get("before"), envelope.get("after")

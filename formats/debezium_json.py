@@ -7,36 +7,37 @@ is written back as ONE ``u`` event with ``before`` and ``after`` (Flink writes a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from cdcflow.core.model import Change
-from cdcflow.core.params import plan_to_changelog
-from cdcflow.core.to_envelopes import ToChangelog
 from cdcflow.formats import connect
 from cdcflow.formats.base import (
+    SCHEMA_INCLUDE,
     ControlEvent,
     Decoded,
     Decoder,
     Encoded,
-    Encoder,
+    EnvelopeEncoder,
     FormatMetrics,
     Message,
+    check_key_columns,
     connect_payload,
     parse_json,
 )
 from cdcflow.formats.debezium import (
     CONTROL_OPS,
     DEBEZIUM_OPTIONS,
+    ENCODE_OP_MAPPINGS,
     METADATA,
     ChangeBuilder,
     DebeziumMode,
     UnavailableHandling,
     check_metadata,
     coerce_converter,
+    image,
     is_unavailable,
     metadata_values,
     output_schema,
@@ -51,7 +52,7 @@ from cdcflow.formats.jsonenc import (
     RowEncoder,
     TimestampStandard,
 )
-from cdcflow.formats.options import Option, OptionSet, boolean
+from cdcflow.formats.options import OptionSet
 from cdcflow.formats.registry import FormatFactory
 from cdcflow.formats.types import INTEGER_KINDS, Schema
 from cdcflow.formats.values import RowConverter, converter
@@ -61,12 +62,7 @@ NAME = "debezium-json"
 OPTIONS = OptionSet(
     NAME,
     [
-        Option(
-            "schema-include",
-            boolean,
-            False,
-            "messages have Kafka Connect's {schema, payload} form (the JSON converter with schemas.enable)",
-        ),
+        SCHEMA_INCLUDE,
         IGNORE_PARSE_ERRORS,
         TIMESTAMP_STANDARD,
         *DEBEZIUM_OPTIONS,
@@ -115,9 +111,7 @@ class DebeziumJsonConfig:
                 "if the messages have Kafka Connect's {schema, payload} form"
             )
         if schema is not None:
-            for column in config.key_columns:
-                if column not in schema:
-                    raise FormatOptionError(f"key column '{column}' is not in the schema ({schema.names})")
+            check_key_columns(schema, config.key_columns)
             output_schema(schema, config.metadata)
         if "schema" in config.metadata and not config.schema_include:
             raise FormatOptionError("metadata 'schema' needs 'debezium-json.schema-include'='true'")
@@ -162,9 +156,9 @@ class DebeziumJsonDecoder(Decoder):
         raw_before = payload.get("before")
         if raw_before is None and op == "d" and self.config.mode is DebeziumMode.UPSERT:
             raw_before = _key_payload(message)
-        before = _image(rows, raw_before, "before")
-        after = _image(rows, payload.get("after"), "after")
-        key = self._state_key(after if after is not None else before, message)
+        before = image(rows, raw_before, "before")
+        after = image(rows, payload.get("after"), "after")
+        key = self._builder.state_key(after if after is not None else before, message, _state_key_fields)
         changes, missing = self._builder.changes(op, before, after, key, metrics)
         if self.config.metadata:
             schema_text = orjson.dumps(schema_block).decode() if schema_block is not None else None
@@ -212,17 +206,6 @@ class DebeziumJsonDecoder(Decoder):
             chosen[column.name] = coerce_converter(convert, source, column.type, column.name)
         return RowConverter(declared, converters=chosen, unavailable=is_unavailable, enforce_not_null=True)
 
-    def _state_key(self, row: dict[str, Any] | None, message: Message) -> Hashable | None:
-        builder = self._builder
-        if builder.unavailable is not UnavailableHandling.FILL:
-            return None
-        if builder.key_columns or message.key is None:
-            return builder.state_key(row, None)
-        try:
-            return builder.state_key(row, _key_payload(message))
-        except FieldError:
-            return None  # a key that is not JSON cannot index the filling state
-
 
 def _key_payload(message: Message) -> dict[str, Any] | None:
     """The Kafka key's fields: the partial image of an upsert delete that has no before image."""
@@ -237,15 +220,11 @@ def _key_payload(message: Message) -> dict[str, Any] | None:
     return key if isinstance(key, dict) else None
 
 
-def _image(rows: RowConverter, value: Any, field: str) -> dict[str, Any] | None:
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise FieldError(field, f"the image must be a JSON object, got {type(value).__name__}")
+def _state_key_fields(message: Message) -> dict[str, Any] | None:
     try:
-        return rows.convert(value)
-    except FieldError as error:
-        raise FieldError(f"{field}.{error.field}", error.reason) from None
+        return _key_payload(message)
+    except FieldError:
+        return None  # a key that is not JSON cannot index the filling state
 
 
 def _value_struct(schema_block: Any) -> Mapping[str, Any]:
@@ -258,7 +237,20 @@ def _value_struct(schema_block: Any) -> Mapping[str, Any]:
     raise FieldError("schema", "the Connect schema has neither an 'after' nor a 'before' field")
 
 
-class DebeziumJsonEncoder(Encoder):
+RowWriter = Callable[[Mapping[str, Any]], dict[str, Any]]
+
+
+def _connect_row(schema: Schema) -> RowWriter:
+    """A row as Kafka Connect's JSON converter writes it under :func:`connect.struct_schema_fields`."""
+    return lambda row: {f.name: connect.connect_value(row.get(f.name), f.type) for f in schema}
+
+
+def _dumps(payload: dict[str, Any], schema: dict[str, Any] | None) -> bytes:
+    """The payload, inside ``{schema, payload}`` when there is a schema block."""
+    return orjson.dumps(payload if schema is None else {"schema": schema, "payload": payload})
+
+
+class DebeziumJsonEncoder(EnvelopeEncoder):
     """Writes ``{"before", "after", "op"}`` events (optionally inside ``{schema, payload}``).
 
     Updates are combined: a ``-U`` waits for its key's ``+U`` and both go out as one ``u`` event.
@@ -271,34 +263,40 @@ class DebeziumJsonEncoder(Encoder):
         self, config: DebeziumJsonConfig, key_columns: Sequence[str], topic_name: str = "cdcflow"
     ) -> None:
         assert config.schema is not None  # noqa: S101 - encoders need the row schema
+        super().__init__("op", ENCODE_OP_MAPPINGS[config.mode], key_columns)
         self.config = config
-        self.key_columns = tuple(key_columns)
-        self.topic_name = topic_name
         schema = config.schema
-        self._schema = schema
-        upsert = config.mode is DebeziumMode.UPSERT
-        update = "UPDATE_AFTER" if upsert else "UPDATE_BEFORE, UPDATE_AFTER"
-        to_mapping = {"INSERT": "c", update: "u", "DELETE": "d"}
-        self._engine = ToChangelog(
-            plan_to_changelog(
-                op="op",
-                before="before",
-                after="after",
-                op_mapping=to_mapping,
-                partition_by=self.key_columns or None,
-                produces_full_deletes=True,
-            )
-        )
+        key_schema = schema.select(self.key_columns) if self.key_columns else None
+        self._keys: RowWriter | None = None
+        # The schema blocks of the {schema, payload} form (schema-include), the same for every record.
+        self._envelope_schema: dict[str, Any] | None = None
+        self._key_schema: dict[str, Any] | None = None
         if config.schema_include:
-            self._rows: Callable[[Mapping[str, Any]], Any] = lambda row: {
-                f.name: connect.connect_value(row.get(f.name), f.type) for f in schema
-            }
-            self._value_schema = {
+            self._rows: RowWriter = _connect_row(schema)
+            value_schema = {
                 "type": "struct",
                 "fields": connect.struct_schema_fields(schema),
                 "optional": True,
                 "name": f"{topic_name}.Value",
             }
+            self._envelope_schema = {
+                "type": "struct",
+                "fields": [
+                    {**value_schema, "field": "before"},
+                    {**value_schema, "field": "after"},
+                    {"type": "string", "optional": False, "field": "op"},
+                ],
+                "optional": False,
+                "name": f"{topic_name}.Envelope",
+            }
+            if key_schema is not None:
+                self._keys = _connect_row(key_schema)
+                self._key_schema = {
+                    "type": "struct",
+                    "fields": connect.struct_schema_fields(key_schema),
+                    "optional": False,
+                    "name": f"{topic_name}.Key",
+                }
         else:
             self._rows = RowEncoder(
                 schema,
@@ -307,14 +305,8 @@ class DebeziumJsonEncoder(Encoder):
                 map_null_key=config.map_null_key,
                 map_null_key_literal=config.map_null_key_literal,
             ).encode
-        key_schema = schema.select(self.key_columns) if self.key_columns else None
-        self._key_schema = key_schema
-
-    def encode(self, change: Change) -> list[Encoded]:
-        return [self._serialise(envelope) for envelope in self._engine.process(change)]
-
-    def flush(self) -> list[Encoded]:
-        return [self._serialise(envelope) for envelope in self._engine.flush()]
+            if key_schema is not None:
+                self._keys = RowEncoder(key_schema, config.timestamp_standard).encode
 
     def _serialise(self, envelope: Mapping[str, Any]) -> Encoded:
         before, after = envelope.get("before"), envelope.get("after")
@@ -323,42 +315,14 @@ class DebeziumJsonEncoder(Encoder):
             "after": self._rows(after) if after is not None else None,
             "op": envelope["op"],
         }
-        value: Any = payload
-        if self.config.schema_include:
-            value = {
-                "schema": {
-                    "type": "struct",
-                    "fields": [
-                        {**self._value_schema, "field": "before"},
-                        {**self._value_schema, "field": "after"},
-                        {"type": "string", "optional": False, "field": "op"},
-                    ],
-                    "optional": False,
-                    "name": f"{self.topic_name}.Envelope",
-                },
-                "payload": payload,
-            }
-        return Encoded(self._key(after if after is not None else before), orjson.dumps(value))
+        return Encoded(
+            self._key(after if after is not None else before), _dumps(payload, self._envelope_schema)
+        )
 
     def _key(self, row: Mapping[str, Any] | None) -> bytes | None:
-        if self._key_schema is None or row is None:
+        if self._keys is None or row is None:
             return None
-        key_row = {name: row.get(name) for name in self.key_columns}
-        if self.config.schema_include:
-            return orjson.dumps(
-                {
-                    "schema": {
-                        "type": "struct",
-                        "fields": connect.struct_schema_fields(self._key_schema),
-                        "optional": False,
-                        "name": f"{self.topic_name}.Key",
-                    },
-                    "payload": {
-                        f.name: connect.connect_value(key_row[f.name], f.type) for f in self._key_schema
-                    },
-                }
-            )
-        return orjson.dumps(RowEncoder(self._key_schema, self.config.timestamp_standard).encode(key_row))
+        return _dumps(self._keys(row), self._key_schema)
 
 
 class DebeziumJsonFormat(FormatFactory):

@@ -2,15 +2,14 @@
 columns, reading row images (including "old" images that hold only the changed columns) and writing them,
 and the decoder / encoder skeletons.
 
-A key present in an "old" image is a changed column, even when its value is null (a change to NULL);
-a key absent from it is unchanged. Flink cannot tell the two apart and keeps the new value for both.
+A key present in an "old" image is a changed column, even when its value is null (a change from NULL);
+a key absent from it is unchanged.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import re
-from abc import abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -19,18 +18,17 @@ from typing import Any, ClassVar
 import orjson
 
 from cdcflow.core.model import Change, Row
-from cdcflow.core.params import plan_to_changelog
-from cdcflow.core.to_envelopes import ToChangelog
 from cdcflow.formats.base import (
     Decoder,
-    Encoded,
-    Encoder,
+    EnvelopeEncoder,
     MetadataColumn,
+    check_key_columns,
     metadata_column_name,
     metadata_schema,
     output_schema,
+    require_schema,
 )
-from cdcflow.formats.errors import FieldError, FormatOptionError
+from cdcflow.formats.errors import FieldError
 from cdcflow.formats.jsonenc import (
     IGNORE_NULL_FIELDS,
     IGNORE_PARSE_ERRORS,
@@ -44,7 +42,7 @@ from cdcflow.formats.jsonenc import (
 from cdcflow.formats.options import Option, OptionSet, boolean, optional_string, regex
 from cdcflow.formats.registry import FormatFactory
 from cdcflow.formats.types import DataType, Schema, TypeKind
-from cdcflow.formats.values import EPOCH_UTC, Converter, RowConverter, converter
+from cdcflow.formats.values import EPOCH_UTC, Converter, RowConverter, converter, join_path
 
 #: Builds the converter of one column type; formats override a few kinds (Canal's binary text).
 ConverterFactory = Callable[[DataType], Converter]
@@ -181,14 +179,6 @@ def epoch_millis(value: Any) -> dt.datetime:
     raise FieldError("", f"expected epoch milliseconds (an integer), got {value!r}")
 
 
-def join_path(prefix: str, path: str) -> str:
-    if not path:
-        return prefix
-    if not prefix:
-        return path
-    return f"{prefix}{path}" if path.startswith("[") else f"{prefix}.{path}"
-
-
 def lenient_boolean(value: Any) -> bool:
     """MySQL has no boolean: BOOLEAN is TINYINT(1), sent as 1/0 (Maxwell) or "1"/"0" (Canal)."""
     if value is True or value is False:
@@ -254,23 +244,28 @@ def plain_decimal(value: Decimal) -> str:
     return format(value, "f")
 
 
+#: How a value of a column type is written in a row image (built once per column).
+ValueWriter = Callable[[DataType, "FlatJsonConfig"], Encode]
+
+
+def json_value(data_type: DataType, config: FlatJsonConfig) -> Encode:
+    """A typed JSON value (Maxwell, OGG), decimals written plain."""
+    if data_type.kind is TypeKind.DECIMAL:
+        return lambda v: orjson.Fragment(plain_decimal(v))
+    return value_encoder(
+        data_type,
+        config.timestamp_standard,
+        map_null_key=config.map_null_key,
+        map_null_key_literal=config.map_null_key_literal,
+    )
+
+
 class JsonImageWriter:
-    """Rows → JSON-ready dicts with typed JSON values (Maxwell, OGG), decimals written plain."""
+    """Rows → JSON-ready dicts, each value written by the format's :data:`ValueWriter`."""
 
-    def __init__(self, schema: Schema, config: FlatJsonConfig) -> None:
-        self._columns: list[tuple[str, Encode]] = [(f.name, self._encoder(f.type, config)) for f in schema]
+    def __init__(self, schema: Schema, config: FlatJsonConfig, value_writer: ValueWriter) -> None:
+        self._columns: list[tuple[str, Encode]] = [(f.name, value_writer(f.type, config)) for f in schema]
         self._ignore_nulls = config.ignore_null_fields
-
-    @staticmethod
-    def _encoder(data_type: DataType, config: FlatJsonConfig) -> Encode:
-        if data_type.kind is TypeKind.DECIMAL:
-            return lambda v: orjson.Fragment(plain_decimal(v))
-        return value_encoder(
-            data_type,
-            config.timestamp_standard,
-            map_null_key=config.map_null_key,
-            map_null_key_literal=config.map_null_key_literal,
-        )
 
     def write(self, row: Mapping[str, Any], *, keep_nulls: bool = False) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -307,22 +302,6 @@ def key_bytes(
     return orjson.dumps({name: image.get(name) for name in key_columns})
 
 
-def require_schema(config: FlatJsonConfig) -> Schema:
-    if config.schema is None:
-        raise FormatOptionError(
-            f"format '{config.format_name}' needs the table schema: pass it as a Spark DDL string, e.g. "
-            "schema='id INT NOT NULL, name STRING'"
-        )
-    return config.schema
-
-
-def check_key_columns(schema: Schema, key_columns: Sequence[str]) -> tuple[str, ...]:
-    for column in key_columns:
-        if column not in schema:
-            raise FormatOptionError(f"key column '{column}' is not in the schema ({schema.names})")
-    return tuple(key_columns)
-
-
 class FlatJsonDecoder(Decoder):
     """A decoder that needs the declared schema (Maxwell, OGG): it reads images with :class:`ImageReader`."""
 
@@ -331,7 +310,7 @@ class FlatJsonDecoder(Decoder):
     def __init__(self, config: FlatJsonConfig) -> None:
         super().__init__(ignore_parse_errors=config.ignore_parse_errors)
         self.config = config
-        schema = require_schema(config)
+        schema = require_schema(config.schema, config.format_name)
         self._reader = ImageReader(schema)
         self.schema = output_schema(schema, self.metadata_columns, config.metadata)
 
@@ -339,64 +318,40 @@ class FlatJsonDecoder(Decoder):
         return type(self), (self.config,)
 
 
-class FlatJsonEncoder(Encoder):
-    """TO_CHANGELOG into ``{op_field, "before", "after"}`` envelopes, a ``-U`` waiting for its ``+U``;
-    subclasses write each envelope as the format's message in :meth:`_serialise`."""
+class FlatJsonEncoder(EnvelopeEncoder):
+    """Writes each envelope as the format's message in :meth:`_serialise`, rows through a
+    :class:`JsonImageWriter`. The Kafka key is the key columns as a JSON object, or None without them.
+    """
 
     #: The envelope field naming the operation, and the format's names for insert, update and delete.
     op_field: ClassVar[str]
     op_names: ClassVar[tuple[str, str, str]]
+    #: How the format writes a column value: typed JSON (Maxwell, OGG) or text (Canal).
+    value_writer: ClassVar[ValueWriter] = json_value
 
     def __init__(self, config: FlatJsonConfig, key_columns: Sequence[str]) -> None:
-        self.schema = require_schema(config)
+        self.schema = require_schema(config.schema, config.format_name)
         self.config = config
-        self.key_columns = check_key_columns(self.schema, key_columns)
         insert, update, delete = self.op_names
-        self._engine = ToChangelog(
-            plan_to_changelog(
-                op=self.op_field,
-                before="before",
-                after="after",
-                op_mapping={"INSERT": insert, "UPDATE_BEFORE, UPDATE_AFTER": update, "DELETE": delete},
-                partition_by=self.key_columns or None,
-                produces_full_deletes=True,
-            )
+        super().__init__(
+            self.op_field,
+            {"INSERT": insert, "UPDATE_BEFORE, UPDATE_AFTER": update, "DELETE": delete},
+            check_key_columns(self.schema, key_columns),
         )
-
-    def encode(self, change: Change) -> list[Encoded]:
-        return [self._serialise(envelope) for envelope in self._engine.process(change)]
-
-    def flush(self) -> list[Encoded]:
-        return [self._serialise(envelope) for envelope in self._engine.flush()]
-
-    @abstractmethod
-    def _serialise(self, envelope: Mapping[str, Any]) -> Encoded:
-        """One envelope of the engine as the format's message."""
-
-
-class JsonImageEncoder(FlatJsonEncoder):
-    """An encoder writing rows with typed JSON values (Maxwell, OGG).
-
-    The Kafka key is the key columns as a JSON object, or None without key columns.
-    """
-
-    def __init__(self, config: FlatJsonConfig, key_columns: Sequence[str]) -> None:
-        super().__init__(config, key_columns)
-        self._writer = JsonImageWriter(self.schema, config)
+        self._writer = JsonImageWriter(self.schema, config, type(self).value_writer)
 
 
 class FlatJsonFormat(FormatFactory):
     """The factory of a flat JSON format whose decoder and encoder take a :class:`FlatJsonConfig`."""
 
-    decoder_class: ClassVar[type[FlatJsonDecoder]]
+    #: Canal's decoder is no FlatJsonDecoder: it can read the columns from the messages instead.
+    decoder_class: Callable[[FlatJsonConfig], Decoder]
     encoder_class: ClassVar[type[FlatJsonEncoder]]
 
     def create_decoder(
         self, options: Mapping[str, str], schema: Schema | None = None, metadata: Sequence[str] = ()
-    ) -> FlatJsonDecoder:
-        config = FlatJsonConfig.from_options(
-            self.options, self.metadata_columns, options, self.require_schema(schema), metadata
-        )
+    ) -> Decoder:
+        config = FlatJsonConfig.from_options(self.options, self.metadata_columns, options, schema, metadata)
         return type(self).decoder_class(config)
 
     def create_encoder(

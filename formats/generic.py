@@ -35,6 +35,7 @@ from cdcflow.core.params import FromChangelogParams, InvalidOpHandling, plan_fro
 from cdcflow.core.rowkind import DEL, INS, UA, UB, RowKind
 from cdcflow.core.to_envelopes import ToChangelog
 from cdcflow.formats.base import (
+    SCHEMA_INCLUDE,
     DeadLetter,
     Decoded,
     DecodeOutput,
@@ -48,7 +49,7 @@ from cdcflow.formats.base import (
 )
 from cdcflow.formats.errors import FieldError, FormatOptionError
 from cdcflow.formats.jsonenc import IGNORE_PARSE_ERRORS, TIMESTAMP_STANDARD, RowEncoder, TimestampStandard
-from cdcflow.formats.options import Option, OptionSet, boolean, choice, integer, names, optional_string
+from cdcflow.formats.options import Option, OptionSet, choice, integer, names, optional_string
 from cdcflow.formats.registry import FormatFactory
 from cdcflow.formats.types import Schema
 from cdcflow.formats.values import RowConverter
@@ -117,12 +118,7 @@ OPTIONS = OptionSet(
             0,
             "seconds a key's last row is kept by mappings that need it (0: forever)",
         ),
-        Option(
-            "schema-include",
-            boolean,
-            False,
-            "messages have Kafka Connect's {schema, payload} form (the JSON converter with schemas.enable)",
-        ),
+        SCHEMA_INCLUDE,
         IGNORE_PARSE_ERRORS,
         TIMESTAMP_STANDARD,
     ],

@@ -111,13 +111,29 @@ def value_encoder(
         return lambda v: base64.b64encode(v).decode("ascii")
     if kind is TypeKind.ARRAY:
         assert data_type.element is not None  # noqa: S101
-        element = value_encoder(data_type.element, standard)
+        element = value_encoder(
+            data_type.element, standard, map_null_key=map_null_key, map_null_key_literal=map_null_key_literal
+        )
         return lambda v: [None if item is None else element(item) for item in v]
     if kind is TypeKind.MAP:
         assert data_type.key is not None and data_type.value is not None  # noqa: S101
-        return _map(value_encoder(data_type.value, standard), map_null_key, map_null_key_literal)
+        return _map(
+            value_encoder(
+                data_type.value,
+                standard,
+                map_null_key=map_null_key,
+                map_null_key_literal=map_null_key_literal,
+            ),
+            map_null_key,
+            map_null_key_literal,
+        )
     if kind is TypeKind.STRUCT:
-        return RowEncoder(Schema(data_type.fields), standard).encode
+        return RowEncoder(
+            Schema(data_type.fields),
+            standard,
+            map_null_key=map_null_key,
+            map_null_key_literal=map_null_key_literal,
+        ).encode
     return _identity
 
 
@@ -169,9 +185,13 @@ class RowEncoder:
         map_null_key_literal: str = "null",
     ) -> None:
         self._columns = [
-            (f.name, value_encoder(f.type, standard, map_null_key=map_null_key, map_null_key_literal=literal))
+            (
+                f.name,
+                value_encoder(
+                    f.type, standard, map_null_key=map_null_key, map_null_key_literal=map_null_key_literal
+                ),
+            )
             for f in schema
-            for literal in (map_null_key_literal,)
         ]
         self._ignore_nulls = ignore_nulls
 

@@ -1,11 +1,11 @@
 """``maxwell-json``: Maxwell's daemon messages, one row per message with typed JSON values.
 
 ``type`` ``insert`` / ``update`` / ``delete`` give ``+I`` / ``-U`` ``+U`` / ``-D``; the ``-U`` row is
-``data`` overlaid by ``old`` (only the changed columns; a key with null is a change to NULL, which Flink
-cannot tell from "unchanged"). Unlike Flink, ``bootstrap-insert`` is read as ``+I``,
-``bootstrap-start`` / ``bootstrap-complete`` go to the side output as ``bootstrap`` events and DDL
-messages (``table-create``, ``database-alter``, ...) as ``schema-change`` events; an update without
-``old`` changed nothing (before = after). BOOLEAN reads Maxwell's 1/0 for TINYINT(1).
+``data`` overlaid by ``old`` (only the changed columns; a key with null is a change from NULL). Unlike
+Flink, ``bootstrap-insert`` is read as ``+I``, ``bootstrap-start`` / ``bootstrap-complete`` go to the
+side output as ``bootstrap`` events and DDL messages (``table-create``, ``database-alter``, ...) as
+``schema-change`` events; an update without ``old`` changed nothing (before = after). BOOLEAN reads
+Maxwell's 1/0 for TINYINT(1).
 
 Encoding writes an update as ONE ``update`` message with ``old`` holding exactly the changed columns
 (Flink writes a delete and an insert). ``ts`` and ``xid`` are not written.
@@ -32,8 +32,8 @@ from cdcflow.formats.base import (
 from cdcflow.formats.errors import FieldError
 from cdcflow.formats.flat_json_common import (
     FlatJsonDecoder,
+    FlatJsonEncoder,
     FlatJsonFormat,
-    JsonImageEncoder,
     MetadataSource,
     add_metadata,
     epoch_millis,
@@ -107,7 +107,7 @@ class MaxwellJsonDecoder(FlatJsonDecoder):
         return add_metadata(changes, self.config.metadata, SOURCES, envelope)
 
 
-class MaxwellJsonEncoder(JsonImageEncoder):
+class MaxwellJsonEncoder(FlatJsonEncoder):
     """Writes ``{"database", "table", "type", "data", "old"?, "primary_key_columns"?}`` messages."""
 
     format_name = NAME

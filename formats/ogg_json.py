@@ -29,8 +29,8 @@ from cdcflow.formats.base import (
 from cdcflow.formats.errors import FieldError
 from cdcflow.formats.flat_json_common import (
     FlatJsonDecoder,
+    FlatJsonEncoder,
     FlatJsonFormat,
-    JsonImageEncoder,
     MetadataSource,
     add_metadata,
     json_options,
@@ -95,7 +95,7 @@ class OggJsonDecoder(FlatJsonDecoder):
         return add_metadata(changes, self.config.metadata, SOURCES, envelope)
 
 
-class OggJsonEncoder(JsonImageEncoder):
+class OggJsonEncoder(FlatJsonEncoder):
     """Writes ``{"table", "op_type", "primary_keys"?, "before"?, "after"?}`` messages."""
 
     format_name = NAME

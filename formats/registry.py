@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from importlib.metadata import entry_points
 from typing import ClassVar
 
-from cdcflow.formats.base import Decoder, Encoder, MetadataColumn
-from cdcflow.formats.errors import FormatOptionError, UnknownFormatError
+from cdcflow.formats.base import Decoder, Encoder, MetadataColumn, require_schema
+from cdcflow.formats.errors import UnknownFormatError
 from cdcflow.formats.options import OptionSet
 from cdcflow.formats.types import Schema
 
@@ -47,12 +47,7 @@ class FormatFactory(ABC):
         """Validate the options and build an encoder for rows of ``schema``."""
 
     def require_schema(self, schema: Schema | None) -> Schema:
-        if schema is None:
-            raise FormatOptionError(
-                f"format '{self.name}' needs the table schema: pass it as a Spark DDL string, e.g. "
-                "schema='id INT NOT NULL, name STRING'"
-            )
-        return schema
+        return require_schema(schema, self.name)
 
 
 def resolve_format(name: str) -> FormatFactory:

@@ -276,7 +276,7 @@ def _array(element: DataType) -> Converter:
             try:
                 out.append(None if item is None else convert_element(item))
             except FieldError as error:
-                raise FieldError(_join(f"[{index}]", error.field), error.reason) from None
+                raise FieldError(join_path(f"[{index}]", error.field), error.reason) from None
         return out
 
     return convert
@@ -294,15 +294,18 @@ def _map(key: DataType, value_type: DataType) -> Converter:
             try:
                 out[convert_key(name)] = None if item is None else convert_value(item)
             except FieldError as error:
-                raise FieldError(_join(f"[{name!r}]", error.field), error.reason) from None
+                raise FieldError(join_path(f"[{name!r}]", error.field), error.reason) from None
         return out
 
     return convert
 
 
-def _join(prefix: str, path: str) -> str:
+def join_path(prefix: str, path: str) -> str:
+    """A field path below ``prefix``: ``after`` + ``id`` → ``after.id``, ``data`` + ``[0]`` → ``data[0]``."""
     if not path:
         return prefix
+    if not prefix:
+        return path
     return f"{prefix}{path}" if path.startswith("[") else f"{prefix}.{path}"
 
 
@@ -377,7 +380,7 @@ class RowConverter:
                 else:
                     row[name] = convert(value)
         except FieldError as error:
-            raise FieldError(_join(name, error.field), error.reason) from None
+            raise FieldError(join_path(name, error.field), error.reason) from None
         return row
 
     def convert_value(self, value: Any) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""Reading the golden files written by ``scripts/flink_golden.py`` (Flink 2.3's output per recorded file)."""
+"""Reading the recorded inputs (``testdata``) and the golden files written by ``scripts/flink_golden.py``
+(Flink 2.3's output per recorded file)."""
 
 from __future__ import annotations
 
@@ -27,13 +28,13 @@ class GoldenCase:
         return parse_ddl(self.schema_ddl)
 
     def messages(self) -> list[Message]:
-        path = TESTDATA / self.input
-        lines = path.read_bytes().split(b"\n")
-        return [
-            Message(line, file=self.input, line=number)
-            for number, line in enumerate(lines, start=1)
-            if line.strip()
-        ]
+        return messages(self.input)
+
+
+def messages(relative: str) -> list[Message]:
+    """The non-blank lines of a recorded file under ``testdata``, one message each, with file:line."""
+    lines = (TESTDATA / relative).read_bytes().split(b"\n")
+    return [Message(line, file=relative, line=n) for n, line in enumerate(lines, start=1) if line.strip()]
 
 
 def load(path: Path) -> GoldenCase:
@@ -58,6 +59,11 @@ def load(path: Path) -> GoldenCase:
         flink_error=headers.get("flink-error", [None])[0],
         rows=rows,
     )
+
+
+def flink_rows(case_id: str) -> list[str]:
+    """Flink's changelog of a case, as ``+I[...]`` lines."""
+    return load(GOLDEN / f"{case_id}.golden").rows
 
 
 def all_cases() -> list[GoldenCase]:

@@ -7,11 +7,11 @@ import datetime as dt
 import json
 import pickle
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from golden_cases import messages
 
 from cdcflow.core.model import Change
 from cdcflow.core.rowkind import RowKind
@@ -25,14 +25,8 @@ from cdcflow.formats import (
 )
 from cdcflow.formats.debezium_json import DebeziumJsonDecoder
 
-TESTDATA = Path(__file__).parent / "testdata"
 PRODUCTS = "id INT NOT NULL, name STRING, description STRING, weight FLOAT"
 FACTORY = resolve_format("debezium-json")
-
-
-def messages(relative: str) -> list[Message]:
-    lines = (TESTDATA / relative).read_bytes().split(b"\n")
-    return [Message(line, file=relative, line=n) for n, line in enumerate(lines, 1) if line.strip()]
 
 
 def decoder(

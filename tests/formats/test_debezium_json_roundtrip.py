@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from changelog_strategies import DEBEZIUM_VALUES, normalised, per_key_changelogs
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -56,3 +57,20 @@ def test_round_trip_upsert_mode_keeps_the_upserts(changes: list[Change]) -> None
     upserts = [c for c in changes if c.kind is not RowKind.UPDATE_BEFORE]
     decoded = _round_trip(upserts, {"changelog-mode": "upsert"})
     assert normalised(decoded) == normalised(upserts)
+
+
+@pytest.mark.parametrize(
+    ("mode", "encoded"),
+    [
+        ("DROP", b'"m":[{"a":2}],"s":{"n":{"a":2}}'),
+        ("LITERAL", b'"m":[{"nk":1,"a":2}],"s":{"n":{"nk":1,"a":2}}'),
+    ],
+)
+def test_map_null_key_mode_reaches_maps_nested_in_arrays_and_rows(mode: str, encoded: bytes) -> None:
+    schema = parse_ddl("id INT NOT NULL, m ARRAY<MAP<STRING, INT>>, s ROW<n MAP<STRING, INT>>")
+    encoder = resolve_format("debezium-json").create_encoder(
+        {"map-null-key.mode": mode, "map-null-key.literal": "nk"}, schema, ["id"]
+    )
+    row = {"id": 1, "m": [{None: 1, "a": 2}], "s": {"n": {None: 1, "a": 2}}}
+    [event] = encoder.encode_all([Change(RowKind.INSERT, row)])
+    assert encoded in event.value

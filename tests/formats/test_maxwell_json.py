@@ -5,12 +5,12 @@ from __future__ import annotations
 import datetime as dt
 import pickle
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from changelog_strategies import assert_round_trips, retract_changelogs
+from golden_cases import flink_rows, messages
 from hypothesis import given, settings
 
 from cdcflow.core.model import Change
@@ -18,15 +18,9 @@ from cdcflow.core.rowkind import RowKind
 from cdcflow.formats import DecodeError, FormatOptionError, Message, parse_ddl, render_change, resolve_format
 from cdcflow.formats.maxwell_json import MaxwellJsonDecoder, MaxwellJsonEncoder
 
-TESTDATA = Path(__file__).parent / "testdata"
 PRODUCTS = "id INT NOT NULL, name STRING, description STRING, weight FLOAT"
 EVOLVED = "id INT NOT NULL, name STRING, description STRING, weight DOUBLE, age INT, address STRING"
 FACTORY = resolve_format("maxwell-json")
-
-
-def messages(relative: str) -> list[Message]:
-    lines = (TESTDATA / relative).read_bytes().split(b"\n")
-    return [Message(line, file=relative, line=n) for n, line in enumerate(lines, 1) if line.strip()]
 
 
 def decoder(
@@ -46,34 +40,7 @@ def maxwell(kind: str, data: Any, **extra: Any) -> Message:
 
 
 def test_flink_maxwell_data() -> None:
-    assert rendered(decoder(), messages("flink/maxwell-data.txt")) == [
-        "+I[101, scooter, Small 2-wheel scooter, 3.14]",
-        "+I[102, car battery, 12V car battery, 8.1]",
-        "+I[103, 12-pack drill bits, 12-pack of drill bits with sizes ranging from #40 to #3, 0.8]",
-        "+I[104, hammer, 12oz carpenter's hammer, 0.75]",
-        "+I[105, hammer, 14oz carpenter's hammer, 0.875]",
-        "+I[106, hammer, 16oz carpenter's hammer, 1.0]",
-        "+I[107, rocks, box of assorted rocks, 5.3]",
-        "+I[108, jacket, water resistent black wind breaker, 0.1]",
-        "+I[109, spare tire, 24 inch spare tire, 22.2]",
-        "-U[106, hammer, 16oz carpenter's hammer, 1.0]",
-        "+U[106, hammer, 18oz carpenter hammer, 1.0]",
-        "-U[107, rocks, box of assorted rocks, 5.3]",
-        "+U[107, rocks, box of assorted rocks, 5.1]",
-        "+I[110, jacket, water resistent white wind breaker, 0.2]",
-        "+I[111, scooter, Big 2-wheel scooter , 5.18]",
-        "-U[110, jacket, water resistent white wind breaker, 0.2]",
-        "+U[110, jacket, new water resistent white wind breaker, 0.5]",
-        "-U[111, scooter, Big 2-wheel scooter , 5.18]",
-        "+U[111, scooter, Big 2-wheel scooter , 5.17]",
-        "-D[111, scooter, Big 2-wheel scooter , 5.17]",
-        "-U[101, scooter, Small 2-wheel scooter, 3.14]",
-        "+U[101, scooter, Small 2-wheel scooter, 5.17]",
-        "-U[102, car battery, 12V car battery, 8.1]",
-        "+U[102, car battery, 12V car battery, 5.17]",
-        "-D[102, car battery, 12V car battery, 5.17]",
-        "-D[103, 12-pack drill bits, 12-pack of drill bits with sizes ranging from #40 to #3, 0.8]",
-    ]
+    assert rendered(decoder(), messages("flink/maxwell-data.txt")) == flink_rows("flink-maxwell-data")
 
 
 def test_paimon_schema_evolution_files_match_flink_golden() -> None:
