@@ -1,4 +1,4 @@
-"""The ``cdcflow`` command line: ``python -m cdcflow inspect FILE``."""
+"""The ``cdcflow`` command line: ``ingest`` (the main job), ``inspect``, ``record`` and ``stream``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from importlib import resources
 from pathlib import Path
 from typing import IO, Any
 
-from cdcflow import ingest_cli
 from cdcflow.core import CdcflowError, Change, ChangelogDataError, from_changelog
 from cdcflow.formats import DecodeOutput, Decoder, Message, TypeKind, parse_ddl, render_change, resolve_format
 from cdcflow.formats.jsonenc import float32_repr
@@ -110,7 +109,7 @@ def _parser() -> argparse.ArgumentParser:
     record.set_defaults(command=_record)
     stream = commands.add_parser(
         "stream",
-        help="the main job: a changelog stream through Spark, printed",
+        help="print a changelog stream read through Spark",
         description="Read a changelog with a cdc-* Spark source, from Kafka or from recorded files, and "
         "print it until the input available at the start is read. Without input it replays the bundled "
         f"recording of real Debezium events from PostgreSQL ({DUMP_EXAMPLE}).",
@@ -128,6 +127,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     stream.add_argument("--checkpoint", help="checkpoint directory (default: a temporary one)")
     stream.set_defaults(command=_stream)
+    from cdcflow import ingest_cli  # here: it imports this module's helpers
+
     ingest_cli.add_parser(commands)
     return parser
 
@@ -154,14 +155,7 @@ def _inspect(args: argparse.Namespace) -> int:
 
 def _inspect_format(args: argparse.Namespace) -> int:
     factory = resolve_format(args.format)
-    options = {}
-    for entry in args.option:
-        key, sep, value = entry.partition("=")
-        if not sep:
-            raise CdcflowError(
-                f"--option '{entry}' must look like KEY=VALUE, e.g. {args.format}.ignore-parse-errors=true"
-            )
-        options[key.strip()] = value
+    options = key_values(args.option, f"{args.format}.ignore-parse-errors=true")
     schema = parse_ddl(args.schema) if args.schema else None
     decoder = factory.create_decoder(options, schema, args.metadata)
     out = DecodeOutput()
@@ -219,11 +213,7 @@ def _record(args: argparse.Namespace) -> int:
     options = {"kafka.bootstrap.servers": args.bootstrap_servers}
     if args.topic:
         options["subscribe"] = ",".join(args.topic)
-    for entry in args.option:
-        key, sep, value = entry.partition("=")
-        if not sep:
-            raise CdcflowError(f"--option '{entry}' must look like KEY=VALUE, e.g. kafka.client.id=recorder")
-        options[key.strip()] = value
+    options.update(key_values(args.option, "kafka.client.id=recorder"))
     summary = record_topic(options, args.output)
     print(f"cdcflow: {summary}", file=sys.stderr)
     return 0
@@ -234,7 +224,7 @@ def _stream(args: argparse.Namespace) -> int:
 
     from cdcflow.connectors.job import local_session, stream_changelog
 
-    options = dict(_key_values(args.option))
+    options = key_values(args.option, "schema-include=true")
     if args.bootstrap_servers:
         options["kafka.bootstrap.servers"] = args.bootstrap_servers
         options.setdefault("subscribe", ",".join(args.topic))
@@ -255,12 +245,15 @@ def _stream(args: argparse.Namespace) -> int:
     return 0
 
 
-def _key_values(entries: list[str]) -> Iterator[tuple[str, str]]:
+def key_values(entries: list[str], example: str) -> dict[str, str]:
+    """The ``--option KEY=VALUE`` entries as a dict; ``example`` shows a valid one in the error."""
+    options = {}
     for entry in entries:
         key, sep, value = entry.partition("=")
         if not sep:
-            raise CdcflowError(f"--option '{entry}' must look like KEY=VALUE, e.g. schema-include=true")
-        yield key.strip(), value
+            raise CdcflowError(f"--option '{entry}' must look like KEY=VALUE, e.g. {example}")
+        options[key.strip()] = value
+    return options
 
 
 def _write_changes(changes: list[Change], decoder: Decoder, *, as_json: bool) -> None:

@@ -8,12 +8,13 @@ import tomllib
 from datetime import timedelta
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from cdcflow.cli import DUMP_EXAMPLE, key_values
 from cdcflow.core import CdcflowError
 
-DEMO_DUMP = "postgres-debezium.dump.jsonl"
 DEMO_DIR = "cdcflow-demo"
+T = TypeVar("T")
 SETTINGS = (
     "format",
     "path",
@@ -86,12 +87,7 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         if value is not None:
             merged[name] = value
     options = {str(k): str(v) for k, v in dict(merged.pop("options", {}) or {}).items()}
-    for entry in args.option:
-        key, sep, value = entry.partition("=")
-        if not sep:
-            raise CdcflowError(f"--option '{entry}' must look like KEY=VALUE, e.g. schema-include=true")
-        options[key.strip()] = value
-    merged["options"] = options
+    merged["options"] = options | key_values(args.option, "schema-include=true")
     return merged
 
 
@@ -116,7 +112,7 @@ def config_from(merged: dict[str, Any]) -> tuple[Any, bool]:
 
     demo = not merged.get("path") and not merged.get("bootstrap_servers")
     if demo:
-        merged.setdefault("path", str(resources.files("cdcflow.examples").joinpath(DEMO_DUMP)))
+        merged.setdefault("path", str(resources.files("cdcflow.examples").joinpath(DUMP_EXAMPLE)))
         merged["options"].setdefault("schema-include", "true")
         merged.setdefault("key", "id")
         merged.setdefault("target", str(Path(DEMO_DIR) / "table"))
@@ -141,7 +137,7 @@ def config_from(merged: dict[str, Any]) -> tuple[Any, bool]:
             sequence_by=merged.get("sequence_by"),
             materialize=Materialize.parse(merged.get("materialize") or "auto"),
             upsert_key=_names(merged["upsert_key"]) if merged.get("upsert_key") else None,
-            delete_retention=_seconds(merged.get("delete_retention"), None) or timedelta(days=7),
+            delete_retention=_seconds(merged.get("delete_retention"), IngestConfig.delete_retention),
             state_ttl=_seconds(merged.get("state_ttl"), None),
             app_id=merged.get("app_id"),
         ),
@@ -154,7 +150,7 @@ def _names(value: Any) -> tuple[str, ...]:
     return tuple(str(item).strip() for item in items if str(item).strip())
 
 
-def _seconds(value: Any, default: timedelta | None) -> timedelta | None:
+def _seconds(value: Any, default: T) -> timedelta | T:
     if value is None:
         return default
     try:
@@ -179,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
 def print_table(target: str, key: tuple[str, ...]) -> None:
     from deltalake import DeltaTable
 
-    from cdcflow.connectors.lakehouse.delta_schema import read_table
+    from cdcflow.connectors.lakehouse.delta_io import read_table
     from cdcflow.core.flinkstr import format_value
 
     table = DeltaTable(target)

@@ -165,7 +165,7 @@ def _parse_all(lines: list[bytes]) -> None:
 
 def run_case(case: Case, n: int) -> None:
     lines = case.lines(n)
-    messages = [Message(line, topic="bench", partition=0, offset=i) for i, line in enumerate(lines)]
+    messages = _messages(lines)
     factory = resolve_format(case.format)
     decoder = factory.create_decoder(case.options, parse_ddl(case.schema) if case.schema else None)
     _report(case.name, n, lines, lambda: decoder.decode_all(messages))
@@ -173,8 +173,9 @@ def run_case(case: Case, n: int) -> None:
 
 def run_generic(n: int) -> None:
     lines = _generic_lines(n)
+    messages = _messages(lines)
     decoder = resolve_format("generic").create_decoder({"preset": "debezium-unwrap"}, parse_ddl(PRODUCTS))
-    _report("generic (debezium unwrap)", n, lines, lambda: decoder.decode_all(_messages(lines)))
+    _report("generic (debezium unwrap)", n, lines, lambda: decoder.decode_all(messages))
 
 
 def run_upsert_kafka(n: int) -> None:

@@ -1,6 +1,6 @@
 """Reading Debezium JSON from Kafka: ``spark.read.format("cdc-debezium")`` against a bare consumer.
 
-Produces ``--records`` Debezium update envelopes of a products table (~480 bytes each, keyed by id)
+Produces ``--records`` Debezium update envelopes of a products table (~420 bytes each, keyed by id)
 over ``--partitions`` partitions of a fresh topic, then times, in the same run:
 
 - ``consumer``: one confluent-kafka consumer assigned every partition, reading every record;
@@ -36,6 +36,8 @@ from typing import Any
 
 import orjson
 from products_events import COLUMNS, envelope
+
+from cdcflow.connectors.job import local_session
 
 
 @contextlib.contextmanager
@@ -132,24 +134,6 @@ def consume_all(bootstrap: str, topic: str, partitions: int, records: int, parse
         consumer.close()
 
 
-def spark_session() -> Any:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("cdcflow-bench-kafka-read")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
-
-
 def spark_read(spark: Any, bootstrap: str, topic: str, **options: str) -> None:
     (
         spark.read.format("cdc-debezium")
@@ -198,7 +182,7 @@ def main() -> None:
                 args.runs, lambda: consume_all(bootstrap, topic, partitions, records, True)
             ),
         }
-        spark = spark_session()
+        spark = local_session("cdcflow-bench-kafka-read")
         try:
             spark_read(spark, bootstrap, topic)  # starts the Python workers
             results["cdc"] = best_of(args.runs, lambda: spark_read(spark, bootstrap, topic))

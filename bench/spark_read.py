@@ -154,20 +154,9 @@ def bench_decode(path: Path, count: int) -> dict[str, float]:
 
 
 def spark_session() -> Any:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    from pyspark.sql import SparkSession
+    from cdcflow.connectors.job import local_session
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("cdcflow-bench-spark-read")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "2")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_session("cdcflow-bench-spark-read")
     import cdcflow
 
     cdcflow.register(spark)

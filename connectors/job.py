@@ -1,4 +1,4 @@
-"""The main job: a changelog stream read by a ``cdc-*`` source (Kafka or a recorded topic), printed.
+"""``cdcflow stream``: a changelog stream read by a ``cdc-*`` source (Kafka or a recorded topic), printed.
 
     python -m cdcflow stream                                     # the bundled Postgres recording
     python -m cdcflow stream --bootstrap-servers localhost:9092 --topic dbserver1.inventory.products \\

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, TextIO
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 from deltalake import DeltaTable
 
 from cdcflow.connectors.errors import ConnectorOptionError
-from cdcflow.connectors.lakehouse.apply import Materialize
+from cdcflow.connectors.lakehouse.apply import BatchApplied, Materialize
 from cdcflow.connectors.lakehouse.delta_sink import DeltaSink, SinkProgress, apply_options
 
 if TYPE_CHECKING:
@@ -123,14 +123,17 @@ class IngestSummary:
 
 
 def ingest(
-    config: IngestConfig, spark: SparkSession | None = None, out: TextIO = sys.stderr
+    config: IngestConfig,
+    spark: SparkSession | None = None,
+    out: TextIO = sys.stderr,
+    on_batch: Callable[[BatchApplied], None] | None = None,
 ) -> IngestSummary:
-    """Run the ingestion; with ``available-now`` it returns once the input available at start is applied."""
+    """Run the ingestion; with ``available-now`` it returns once the input available at start is applied.
+
+    ``on_batch`` sees what each micro-batch did (its apply latency, counts), as it happens.
+    """
     from cdcflow.connectors.job import local_session
 
-    own_session = spark is None
-    session = spark or local_session("cdcflow-ingest")
-    started = time.monotonic()
     sequence = config.resolved_sequence()
     options = apply_options(
         config.key,
@@ -141,7 +144,10 @@ def ingest(
         delete_retention=config.delete_retention,
         state_ttl=config.state_ttl,
     )
-    sink = DeltaSink(config.target, options, config.checkpoint, config.app_id)
+    sink = DeltaSink(config.target, options, config.checkpoint, config.app_id, on_batch)
+    own_session = spark is None
+    session = spark or local_session("cdcflow-ingest")
+    started = time.monotonic()
     try:
         changelog = session.readStream.format(config.source).options(**config.source_options()).load()
         writer = changelog.writeStream.foreachBatch(sink).option("checkpointLocation", config.checkpoint)

@@ -1,4 +1,4 @@
-"""The main job (``python -m cdcflow stream``) on its embedded default: the bundled recording of real
+"""The stream job (``python -m cdcflow stream``) on its embedded default: the bundled recording of real
 Debezium events from PostgreSQL, replayed through ``spark.readStream.format("cdc-debezium")``."""
 
 from __future__ import annotations
