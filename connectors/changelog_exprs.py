@@ -75,8 +75,10 @@ class _Images:
                     source.isNotNull(), F.struct(*(source[n].alias(n) for n in image_names), *passthrough)
                 )
 
-            before_field, after_field = _image_fields(params)
-            self.before, self.after = image(before_field), image(after_field)
+            before_field, after_field = image_sources(params)
+            self.before = image(before_field)
+            # Only ``before`` named: no record has an after image (a NULL of the image's type).
+            self.after = image(after_field) if after_field is not None else F.when(F.lit(False), self.before)
         else:
             self.before = self.after = F.struct(*(column(n).alias(n) for n in fields))
         self.new_image = F.coalesce(self.after, self.before)
@@ -112,13 +114,14 @@ class _Images:
         return result
 
 
-def _image_fields(params: FromChangelogParams) -> tuple[str, str]:
-    """The fields the before and the after image come from: the same one without a separate before."""
+def image_sources(params: FromChangelogParams) -> tuple[str, str | None]:
+    """The fields the before and the after image come from, as the engine reads them: the same one
+    without a separate before image, and no after image when only ``before`` is named."""
+    if params.has_before_image:
+        assert params.before is not None  # noqa: S101 - a before image has its field
+        return params.before, params.after
     single = params.after if params.after is not None else params.before
     assert single is not None  # noqa: S101 - nested means one of them is set
-    if params.has_before_image:
-        assert params.before is not None and params.after is not None  # noqa: S101
-        return params.before, params.after
     return single, single
 
 

@@ -34,7 +34,12 @@ import re
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from cdcflow.connectors.changelog_exprs import column, from_changelog_exprs, to_changelog_exprs
+from cdcflow.connectors.changelog_exprs import (
+    column,
+    from_changelog_exprs,
+    image_sources,
+    to_changelog_exprs,
+)
 from cdcflow.connectors.changelog_layout import from_layout, sequence_columns, to_layout
 from cdcflow.connectors.changelog_state import (
     ChangelogProcessor,
@@ -184,10 +189,9 @@ def _from_key_columns(params: FromChangelogParams) -> list[Column]:
     """The engine's key of each envelope as columns: from the image a record's operation writes."""
     if not params.nested:
         return [column(name) for name in params.partition_by]
-    single = params.after if params.after is not None else params.before
-    assert single is not None  # noqa: S101 - nested means one of them is set
-    new = column(params.after) if params.has_before_image and params.after else column(single)
-    old = column(params.before) if params.has_before_image and params.before else column(single)
+    before_field, after_field = image_sources(params)
+    old = column(before_field)
+    new = old if after_field is None else column(after_field)
     writes = [c for c, kinds in params.op_mapping.groups.items() if INS in kinds or UA in kinds]
     source = F.when(column(params.op).cast("string").isin(*writes), F.coalesce(new, old)).otherwise(
         F.coalesce(old, new)

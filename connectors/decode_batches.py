@@ -37,7 +37,9 @@ class BatchDecoder:
             plan.row_kind_column,
             pa.schema([*canonical, pa.field(plan.row_kind_column, pa.string())]),
         )
-        self._columnar = _columnar_decoder(plan, canonical)
+        self._columnar = ColumnarDecoder.for_decoder(
+            plan.decoder, canonical, row_kind_column=plan.row_kind_column
+        )
         self._dead_letters = DeadLetterWriter(plan.dead_letters) if plan.dead_letters is not None else None
 
     def batches(self, messages: Iterable[Message]) -> Iterator[pa.RecordBatch]:
@@ -158,7 +160,3 @@ class _LineCounter:
     def skip(self, chunk: bytes) -> None:
         if self._next_line is not None:
             self._next_line += chunk.count(b"\n")
-
-
-def _columnar_decoder(plan: ReadPlan, canonical: pa.Schema) -> ColumnarDecoder | None:
-    return ColumnarDecoder.for_decoder(plan.decoder, canonical, row_kind_column=plan.row_kind_column)

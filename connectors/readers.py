@@ -113,18 +113,24 @@ def _stream_ranges(plan: ReadPlan, start: Offsets, end: Offsets) -> list[kafka_c
 
 
 def _limit_bytes(start: Offsets, latest: Offsets, budget: int) -> Offsets:
-    """``latest``, or less so that at most ``budget`` new bytes are read (files in name order)."""
+    """``latest``, or less so that about ``budget`` new bytes are read (files in name order).
+
+    A file cut short ends where a line starts: the range before reads the line the budget runs out
+    in to its end, so a cut inside it would leave the next micro-batch nothing but that line's tail.
+    """
     if budget <= 0:
         return latest
     begun, sizes = start.get("files", {}), latest["files"]
     end = dict(begun)
     for path in sorted(sizes):
-        new = sizes[path] - begun.get(path, 0)
-        if new <= 0:
-            end.setdefault(path, sizes[path])
-            continue
-        end[path] = begun.get(path, 0) + min(new, budget)
-        budget -= min(new, budget)
+        at, size = begun.get(path, 0), sizes[path]
+        if size - at <= budget:
+            end[path] = size  # the rest fits; a file that shrank fails when the batch is planned
+        elif budget == 0:
+            end[path] = at
+        else:
+            end[path] = min(replay.next_line_start(path, at + budget), size)
+        budget = max(budget - (end[path] - at), 0)
     return {"files": end}
 
 

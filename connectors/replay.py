@@ -36,16 +36,6 @@ _GLOB_CHARS = frozenset("*?[")
 _CHUNK = 1 << 20
 
 
-@dataclass(frozen=True, slots=True)
-class FileSplit:
-    """The lines of ``path`` that start at a byte in ``[start, end)``."""
-
-    path: str
-    start: int
-    end: int
-    file_size: int
-
-
 def list_files(path: str) -> list[str]:
     """The files ``path`` names: itself, a directory's files (sorted, not recursive) or a glob's matches.
 
@@ -74,23 +64,6 @@ def _hidden(path: str) -> bool:
 
 def file_size(path: str) -> int:
     return os.path.getsize(path)
-
-
-def plan_splits(files: Iterable[str], target_bytes: int) -> list[FileSplit]:
-    """Splits of about ``target_bytes`` each, in file order; empty files have none."""
-    if target_bytes <= 0:
-        raise ConnectorOptionError(f"a replay split must be at least one byte long, got {target_bytes}")
-    splits: list[FileSplit] = []
-    for path in files:
-        size = file_size(path)
-        splits.extend(
-            FileSplit(path, s, min(s + target_bytes, size), size) for s in range(0, size, target_bytes)
-        )
-    return splits
-
-
-def read_split(split: FileSplit) -> Iterator[Message]:
-    return read_messages(split.path, split.start, split.end)
 
 
 def read_messages(path: str, start_byte: int = 0, end_byte: int | None = None) -> Iterator[Message]:
@@ -133,14 +106,25 @@ def read_line_chunks(
 
 def lines_before(path: str, position: int) -> int:
     """How many lines of ``path`` end before byte ``position``."""
-    lines, read = 0, 0
     with open(path, "rb") as stream:
-        while read < position:
-            chunk = stream.read(min(_CHUNK, position - read))
-            if not chunk:
-                break
-            lines += chunk.count(b"\n")
-            read += len(chunk)
+        return _newlines_before(stream, position)
+
+
+def next_line_start(path: str, position: int) -> int:
+    """The byte position of the first line of ``path`` starting at or after ``position`` (or its end)."""
+    with open(path, "rb") as stream:
+        return _line_start_at(stream, position)
+
+
+def _newlines_before(stream: IO[bytes], position: int) -> int:
+    stream.seek(0)
+    lines, read = 0, 0
+    while read < position:
+        chunk = stream.read(min(_CHUNK, position - read))
+        if not chunk:
+            break
+        lines += chunk.count(b"\n")
+        read += len(chunk)
     return lines
 
 
@@ -185,19 +169,8 @@ def _is_dump(stream: IO[bytes], path: str) -> bool:
 
 def _first_line_at(stream: IO[bytes], start: int) -> tuple[int, int]:
     """Move to the first line starting at or after ``start``; its byte position and the lines before."""
-    if start <= 0:
-        stream.seek(0)
-        return 0, 0
-    stream.seek(start - 1)
-    position = start - 1 + len(stream.readline())  # the rest of the line that started before
-    stream.seek(0)
-    lines, read = 0, 0
-    while read < position:
-        chunk = stream.read(min(_CHUNK, position - read))
-        if not chunk:
-            break
-        lines += chunk.count(b"\n")
-        read += len(chunk)
+    position = _line_start_at(stream, start)
+    lines = _newlines_before(stream, position)
     stream.seek(position)
     return position, lines
 
@@ -382,8 +355,8 @@ def record_topic(options: KafkaOptions | Mapping[str, str], output: str | Path) 
     start = kafka_client.resolve_offsets(opts.offsets_for("starting", "batch"), bounds, which="starting")
     end = kafka_client.resolve_offsets(opts.offsets_for("ending", "batch"), bounds, which="ending")
     ranges = kafka_client.batch_ranges(start, end)
-    with DumpWriter(output) as writer:
-        for rng in ranges:
-            for message in kafka_client.read_range(opts, rng, include_headers=True):
-                writer.write(message)
-    return RecordSummary(str(output), writer.records, len(bounds), tuple(sorted({tp.topic for tp in bounds})))
+    messages = (
+        message for rng in ranges for message in kafka_client.read_range(opts, rng, include_headers=True)
+    )
+    records = write_dump(output, messages)
+    return RecordSummary(str(output), records, len(bounds), tuple(sorted({tp.topic for tp in bounds})))

@@ -46,7 +46,7 @@ CONNECTOR_OPTIONS: tuple[Option[Any], ...] = (
         "maxBytesPerTrigger",
         integer,
         0,
-        "Streaming over recorded files: at most about this many bytes of input per micro-batch",
+        "Streaming over recorded files: about this many bytes of input per micro-batch, in whole lines",
     ),
     Option(
         "maxRecordsPerPartition",

@@ -17,7 +17,7 @@ from pyspark.sql.pandas.types import to_arrow_schema
 
 from cdcflow.core.model import Change
 from cdcflow.core.rowkind import RowKind
-from cdcflow.formats.types import DataType, Field, Schema, TypeKind, parse_ddl
+from cdcflow.formats.types import DataType, Schema, TypeKind, parse_ddl
 
 ARROW_TIMEZONE = "UTC"
 
@@ -127,10 +127,6 @@ class ChangeBatchBuilder:
             arrays.append(pa.array(values, type=arrow_field.type))
         arrays.append(pa.array([change.kind.value for change in changes], type=pa.string()))
         return pa.RecordBatch.from_arrays(arrays, schema=self.target)
-
-
-def with_field(schema: Schema, field: Field) -> Schema:
-    return Schema((*schema.fields, field))
 
 
 def _from_arrow(value: Any, data_type: DataType) -> Any:

@@ -274,6 +274,19 @@ def test_update_without_before_image_fails_with_the_fix(spark: SparkSession) -> 
         from_changelog(df, before="before", after="after", op_mapping=DEBEZIUM_FROM).collect()
 
 
+def test_only_a_before_image_as_the_engine_reads_it(spark: SparkSession) -> None:
+    params: dict[str, Any] = {"before": "old", "op_mapping": {"c": "INSERT", "d": "DELETE"}}
+    deletes: list[Record] = [{"op": "d", "old": {"id": 1, "name": "a"}}]
+    df = spark.createDataFrame(deletes, f"op string, old {IMAGE}")
+    assert rows_of(from_changelog(df, **params)) == engine_from(deletes, **params)
+    insert: list[Record] = [{"op": "c", "old": {"id": 2, "name": "b"}}]
+    with pytest.raises(ChangelogDataError, match="the image this operation needs is NULL"):
+        engine_from(insert, **params)
+    df = spark.createDataFrame(insert, f"op string, old {IMAGE}")
+    with pytest.raises(SparkRuntimeException, match="the image this operation needs is NULL"):
+        from_changelog(df, **params).collect()
+
+
 RETRACT_CHANGELOG: list[Record] = [
     {"_row_kind": "+I", "id": 1, "name": "Alice", "ts_ms": 1, "seq": 1},
     {"_row_kind": "-U", "id": 1, "name": "Alice", "ts_ms": 2, "seq": 2},

@@ -135,21 +135,6 @@ def test_dump_splits_read_every_record_exactly_once(batch: list[Message], cuts: 
         assert [m.line for m in pieces] == list(range(2, len(batch) + 2))
 
 
-def test_plan_splits_cover_each_file_once_and_skip_empty_files(tmp_path: Path) -> None:
-    (tmp_path / "a.txt").write_bytes(b"x" * 25)
-    (tmp_path / "b.txt").write_bytes(b"")
-    (tmp_path / "c.txt").write_bytes(b"y\n" * 5)
-    splits = replay.plan_splits(replay.list_files(str(tmp_path)), 10)
-    a, c = str(tmp_path / "a.txt"), str(tmp_path / "c.txt")
-    assert splits == [
-        replay.FileSplit(a, 0, 10, 25),
-        replay.FileSplit(a, 10, 20, 25),
-        replay.FileSplit(a, 20, 25, 25),
-        replay.FileSplit(c, 0, 10, 10),
-    ]
-    assert [m.value for s in splits for m in replay.read_split(s)] == [b"x" * 25] + [b"y"] * 5
-
-
 def test_plain_recorded_files_give_one_message_per_non_blank_line() -> None:
     path = TESTDATA / "apache_paimon/kafka/ogg/table/event/event-insert.txt"
     raw = path.read_bytes().split(b"\n")

@@ -3,6 +3,7 @@ and a replay's choice of input and dead-letter target."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -23,9 +24,10 @@ from source_cases import (
     topic_records,
 )
 
-from cdcflow.connectors.errors import ConnectorOptionError
+from cdcflow.connectors import replay
+from cdcflow.connectors.errors import ConnectorOptionError, ReplayFormatError
 from cdcflow.connectors.read_plan import plan_read
-from cdcflow.connectors.readers import CdcStreamReader
+from cdcflow.connectors.readers import CdcBatchReader, CdcInputPartition, CdcStreamReader, FileRange
 from cdcflow.connectors.replay import record_topic
 
 pytestmark = pytest.mark.integration
@@ -134,3 +136,62 @@ def test_a_running_replay_stream_sees_files_added_to_its_directory(tmp_path: Pat
     assert sorted(second["files"]) == [str(tmp_path / "a.txt"), str(tmp_path / "b.txt")]
     batches = [batch for p in reader.partitions(first, second) for batch in reader.read(p)]
     assert [render(row) for batch in batches for row in batch.to_pylist()] == GOLDEN_ROWS[2:4]
+
+
+def test_replay_partitions_cover_each_file_once_and_skip_empty_files(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_bytes(b"x" * 1000)
+    (tmp_path / "b.txt").write_bytes(b"")
+    (tmp_path / "c.txt").write_bytes(b"y\n" * 5)
+    # One record per partition: splits of at most 400 bytes (BYTES_PER_RECORD), of equal length.
+    options = {"path": str(tmp_path), "columns": PRODUCTS, "maxRecordsPerPartition": "1"}
+    partitions = CdcBatchReader(plan_read("debezium-json", options, None)).partitions()
+    splits = [p.split for p in partitions if isinstance(p, CdcInputPartition)]
+    a, c = str(tmp_path / "a.txt"), str(tmp_path / "c.txt")
+    assert splits == [
+        FileRange(a, 0, 333),
+        FileRange(a, 333, 666),
+        FileRange(a, 666, 1000),
+        FileRange(c, 0, 10),
+    ]
+    values = [m.value for s in splits for m in replay.read_messages(s.path, s.start, s.end)]
+    assert values == [b"x" * 1000] + [b"y"] * 5
+
+
+def _stream_reader(path: Path, max_bytes: int) -> CdcStreamReader:
+    options = {"path": str(path), "columns": PRODUCTS, "maxBytesPerTrigger": str(max_bytes)}
+    return CdcStreamReader(plan_read("debezium-json", options, None))
+
+
+@pytest.mark.parametrize("max_bytes", [1, 700, 2500])
+def test_max_bytes_per_trigger_ends_micro_batches_where_lines_start(tmp_path: Path, max_bytes: int) -> None:
+    lines = EXCLUDE.read_bytes().splitlines(keepends=True)
+    files = {tmp_path / "a.txt": lines[:9], tmp_path / "b.txt": lines[9:]}
+    line_starts = {}
+    for path, content in files.items():
+        path.write_bytes(b"".join(content))
+        line_starts[str(path)] = set(itertools.accumulate(map(len, content), initial=0))
+    reader = _stream_reader(tmp_path, max_bytes)
+    limit = reader.getDefaultReadLimit()
+    start, batches = reader.initialOffset(), []
+    while (end := reader.latestOffset(start, limit)) != start:
+        assert all(offset in line_starts[path] for path, offset in end["files"].items()), end
+        rows = [row for p in reader.partitions(start, end) for b in reader.read(p) for row in b.to_pylist()]
+        batches.append([render(row) for row in rows])
+        start = end
+    assert all(batches), "a micro-batch read no line"
+    assert [row for batch in batches for row in batch] == GOLDEN_ROWS
+    if max_bytes == 1:
+        assert len(batches) == len(lines)  # a line per micro-batch
+
+
+def test_a_replayed_file_that_shrinks_fails_under_max_bytes_per_trigger(tmp_path: Path) -> None:
+    lines = EXCLUDE.read_bytes().splitlines(keepends=True)
+    source = tmp_path / "a.txt"
+    source.write_bytes(b"".join(lines[:4]))
+    reader = _stream_reader(tmp_path, 100_000)
+    limit = reader.getDefaultReadLimit()
+    first = reader.latestOffset(reader.initialOffset(), limit)
+    source.write_bytes(b"".join(lines[:2]))
+    second = reader.latestOffset(first, limit)
+    with pytest.raises(ReplayFormatError, match="shrank from .* bytes since the last micro-batch"):
+        reader.partitions(first, second)
