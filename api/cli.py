@@ -18,6 +18,7 @@ from typing import IO, Any
 from cdcflow.core import CdcflowError, Change, ChangelogDataError, from_changelog
 from cdcflow.formats import DecodeOutput, Decoder, Message, TypeKind, parse_ddl, render_change, resolve_format
 from cdcflow.formats.jsonenc import float32_repr
+from cdcflow.formats.redact import redact
 
 EXAMPLE = "flat-changes.jsonl"
 DUMP_EXAMPLE = "postgres-debezium.dump.jsonl"
@@ -29,10 +30,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.command(args))
     except CdcflowError as error:
-        print(f"cdcflow: {error}", file=sys.stderr)
+        print(f"cdcflow: {redact(str(error), _given_options(args))}", file=sys.stderr)
         return 1
     except BrokenPipeError:
         return 0
+
+
+def _given_options(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """The ``--option KEY=VALUE`` pairs of the command line, whose secrets no message may show."""
+    return [
+        (key, value)
+        for key, _, value in (entry.partition("=") for entry in getattr(args, "option", None) or [])
+    ]
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from cdcflow.cli import DUMP_EXAMPLE, key_values
 from cdcflow.core import CdcflowError
+from cdcflow.formats.redact import redact
 
 DEMO_DIR = "cdcflow-demo"
 T = TypeVar("T")
@@ -32,6 +33,9 @@ SETTINGS = (
     "delete_retention",
     "state_ttl",
     "app_id",
+    "on_truncate",
+    "max_offsets_per_trigger",
+    "max_bytes_per_trigger",
 )
 
 
@@ -74,6 +78,22 @@ def add_parser(commands: Any) -> None:
     ingest.add_argument("--delete-retention", metavar="SECONDS", help="tombstones kept (default 7 days)")
     ingest.add_argument("--state-ttl", metavar="SECONDS", help="key state kept after its last change")
     ingest.add_argument("--app-id", help="Delta application id (default: from the checkpoint's query id)")
+    ingest.add_argument(
+        "--on-truncate",
+        choices=["apply", "ignore", "fail"],
+        help="a TRUNCATE of the source table: apply (default) empties the Delta table, exactly once; "
+        "ignore keeps its rows (logged); fail stops the job",
+    )
+    ingest.add_argument(
+        "--max-offsets-per-trigger",
+        metavar="N",
+        help="Kafka: at most N records per micro-batch (default 100000; 0 = no limit)",
+    )
+    ingest.add_argument(
+        "--max-bytes-per-trigger",
+        metavar="BYTES",
+        help="recorded files: about BYTES of input per micro-batch (default 64 MiB; 0 = no limit)",
+    )
     ingest.add_argument("--show", action="store_true", help="print the table at the end (demo default)")
     ingest.set_defaults(command=run)
 
@@ -108,6 +128,7 @@ def _read_config(path: str) -> dict[str, Any]:
 def config_from(merged: dict[str, Any]) -> tuple[Any, bool]:
     """The :class:`IngestConfig`, and whether it is the embedded demo."""
     from cdcflow.connectors.lakehouse.apply import Materialize
+    from cdcflow.connectors.lakehouse.control import OnTruncate
     from cdcflow.connectors.lakehouse.ingest import IngestConfig
 
     demo = not merged.get("path") and not merged.get("bootstrap_servers")
@@ -140,6 +161,9 @@ def config_from(merged: dict[str, Any]) -> tuple[Any, bool]:
             delete_retention=_seconds(merged.get("delete_retention"), IngestConfig.delete_retention),
             state_ttl=_seconds(merged.get("state_ttl"), None),
             app_id=merged.get("app_id"),
+            on_truncate=OnTruncate.parse(merged.get("on_truncate") or "apply"),
+            max_offsets_per_trigger=_count(merged.get("max_offsets_per_trigger")),
+            max_bytes_per_trigger=_count(merged.get("max_bytes_per_trigger")),
         ),
         demo,
     )
@@ -148,6 +172,18 @@ def config_from(merged: dict[str, Any]) -> tuple[Any, bool]:
 def _names(value: Any) -> tuple[str, ...]:
     items = value if isinstance(value, list | tuple) else str(value).split(",")
     return tuple(str(item).strip() for item in items if str(item).strip())
+
+
+def _count(value: Any) -> int | None:
+    if value is None:
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise CdcflowError(f"expected a whole number, not {value!r}") from None
+    if number < 0:
+        raise CdcflowError(f"expected 0 (no limit) or a positive number, not {number}")
+    return number
 
 
 def _seconds(value: Any, default: T) -> timedelta | T:
@@ -164,7 +200,8 @@ def run(args: argparse.Namespace) -> int:
 
     config, demo = config_from(settings(args))
     source = config.path or f"{config.bootstrap_servers} {','.join(config.topics)}"
-    print(f"cdcflow ingest: {config.format} from {source} into {config.target}", file=sys.stderr)
+    shown = f"{config.format} from {redact(source)} into {redact(config.target)}"
+    print(f"cdcflow ingest: {shown}", file=sys.stderr)
     summary = ingest(config)
     print(f"cdcflow ingest: done: {summary}", file=sys.stderr)
     if demo or args.show:

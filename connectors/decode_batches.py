@@ -6,6 +6,7 @@ import itertools
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -15,7 +16,9 @@ from cdcflow.connectors.metadata import metadata_array
 from cdcflow.connectors.read_plan import ReadPlan
 from cdcflow.connectors.replay import lines_before, read_line_chunks
 from cdcflow.connectors.spark_types import ChangeBatchBuilder, arrow_schema, struct_type
-from cdcflow.formats.base import DecodeOutput, Message
+from cdcflow.core.model import Change
+from cdcflow.core.rowkind import RowKind
+from cdcflow.formats.base import ControlEvent, DecodeOutput, Message
 
 logger = logging.getLogger(__name__)
 
@@ -32,15 +35,17 @@ class BatchDecoder:
         self.target = arrow_schema(plan.output)
         decoded = plan.decoded_columns
         canonical = arrow_schema(struct_type(decoded))
+        built = canonical
+        if plan.control_column is not None:  # a control event's row has nulls in every data column
+            built = pa.schema([f.with_nullable(True) for f in canonical])
         self._changes = ChangeBatchBuilder(
-            decoded,
-            plan.row_kind_column,
-            pa.schema([*canonical, pa.field(plan.row_kind_column, pa.string())]),
+            decoded, plan.row_kind_column, pa.schema([*built, pa.field(plan.row_kind_column, pa.string())])
         )
         self._columnar = ColumnarDecoder.for_decoder(
             plan.decoder, canonical, row_kind_column=plan.row_kind_column
         )
         self._dead_letters = DeadLetterWriter(plan.dead_letters) if plan.dead_letters is not None else None
+        self._unfilled = 0
 
     def batches(self, messages: Iterable[Message]) -> Iterator[pa.RecordBatch]:
         iterator = iter(messages)
@@ -50,22 +55,35 @@ class BatchDecoder:
                 if batch is not None and batch.num_rows:
                     yield batch
         finally:
-            if self._dead_letters is not None:
-                self._dead_letters.close()
+            self._close()
+
+    def _close(self) -> None:
+        if self._dead_letters is not None:
+            self._dead_letters.close()
+        if self._unfilled and "unavailable_columns" not in self.plan.decoded_columns:
+            logger.warning(
+                "%d value(s) Debezium did not send (unchanged TOAST) could not be filled in this input "
+                "partition and are NULL; add metadata 'unavailable-columns' to see which",
+                self._unfilled,
+            )
 
     @property
     def reads_lines(self) -> bool:
         """Whether plain files can skip per-line messages: chunks of lines go to the columnar decoder."""
         return self._columnar is not None
 
-    def file_batches(self, path: str, start: int, end: int) -> Iterator[pa.RecordBatch]:
+    def file_batches(
+        self, path: str, start: int, end: int, lines_before: int | None = None
+    ) -> Iterator[pa.RecordBatch]:
         """The changes of the lines of a plain file starting in ``[start, end)``, a chunk at a time.
 
-        Line numbers cost a count of the file's newlines before the split: they are counted only once
-        something needs them (the ``line`` column, or a chunk decoded line by line).
+        Line numbers start after ``lines_before`` (the planner's count); without it they cost a count
+        of the file's newlines before the split, made only once something needs them (the ``line``
+        column, or a chunk decoded line by line).
         """
         assert self._columnar is not None  # noqa: S101 - callers check reads_lines
-        line_counter = _LineCounter(path, needed="line" in self.plan.connector_metadata)
+        needed = "line" in self.plan.connector_metadata
+        line_counter = _LineCounter(path, needed=needed, lines_before=lines_before)
         try:
             for position, chunk in read_line_chunks(path, start, end):
                 result = self._columnar.decode_lines(chunk)
@@ -87,14 +105,12 @@ class BatchDecoder:
                     if batch is not None and batch.num_rows:
                         yield batch
         finally:
-            if self._dead_letters is not None:
-                self._dead_letters.close()
+            self._close()
 
     def _arrange_lines(
         self, rows: pa.RecordBatch, origins: pa.Array, path: str, first_line: int
     ) -> pa.RecordBatch:
-        names = [*self.plan.decoded_columns.names, self.plan.row_kind_column]
-        columns = dict(zip(names, rows.columns, strict=True))
+        columns = self._data_columns(rows)
         for key in self.plan.connector_metadata:
             arrow_type = self.target.field(key).type
             if key == "file":
@@ -113,27 +129,69 @@ class BatchDecoder:
                 return self._arrange(result.rows, result.message_index, block)
         out = DecodeOutput()
         origins: list[int] = []
+        event_origins: list[int] = []
         for index, message in enumerate(block):
-            before = len(out.changes)
+            before, events = len(out.changes), len(out.events)
             self.decoder.decode(message, out)
             origins.extend(itertools.repeat(index, len(out.changes) - before))
-        for event in out.events:
-            log = logger.warning if event.kind == "truncate" else logger.info
-            log(
-                "%s: %s event not in the changelog (%s)",
-                event.message.origin(),
-                event.kind,
-                self.plan.format_name,
-            )
+            event_origins.extend(itertools.repeat(index, len(out.events) - events))
+        self._unfilled += out.metrics.unavailable_values
         if out.dead_letters and self._dead_letters is not None:
             self._dead_letters.write(out.dead_letters)
+        if self.plan.control_column is None:
+            self._log_skipped(out.events)
+        elif out.events:
+            return self._with_events(out, origins, event_origins, block)
         if not out.changes:
             return None
         return self._arrange(self._changes.build(out.changes), pa.array(origins, type=pa.int32()), block)
 
-    def _arrange(self, rows: pa.RecordBatch, origins: pa.Array, block: Sequence[Message]) -> pa.RecordBatch:
+    def _log_skipped(self, events: Sequence[ControlEvent]) -> None:
+        for event in events:
+            log = logger.warning if event.kind == "truncate" else logger.info
+            log(
+                "%s: %s event not in the changelog (%s); controlEvents=emit makes it a row",
+                event.message.origin(),
+                event.kind,
+                self.plan.format_name,
+            )
+
+    def _with_events(
+        self, out: DecodeOutput, origins: list[int], event_origins: list[int], block: Sequence[Message]
+    ) -> pa.RecordBatch:
+        """The block's changes and control event rows, each at its message's place."""
+        rows = pa.Table.from_batches([self._with_control(self._changes.build(out.changes))])
+        merged = pa.concat_tables([rows, pa.Table.from_batches([self._event_rows(out.events)])])
+        at = np.array([*origins, *event_origins], dtype=np.int32)
+        order = np.argsort(at, kind="stable")  # a message's rows keep their order
+        taken = merged.take(pa.array(order)).combine_chunks().to_batches()[0]
+        return self._arrange(taken, pa.array(at[order]), block)
+
+    def _event_rows(self, events: Sequence[ControlEvent]) -> pa.RecordBatch:
+        """One row per control event: its kind, the format's metadata columns, nulls elsewhere."""
+        rows = self._changes.build([Change(RowKind.INSERT, dict(event.metadata)) for event in events])
+        kinds = [pa.nulls(len(events), pa.string()), pa.array([e.kind for e in events], pa.string())]
+        return pa.RecordBatch.from_arrays(
+            [*rows.columns[:-1], *kinds], schema=self._with_control(rows).schema
+        )
+
+    def _with_control(self, rows: pa.RecordBatch) -> pa.RecordBatch:
+        control = self.plan.control_column
+        if control is None or control in rows.schema.names:
+            return rows
+        return rows.append_column(pa.field(control, pa.string()), pa.nulls(rows.num_rows, pa.string()))
+
+    def _data_columns(self, rows: pa.RecordBatch) -> dict[str, pa.Array]:
         names = [*self.plan.decoded_columns.names, self.plan.row_kind_column]
+        if self.plan.control_column is not None and rows.num_columns > len(names):
+            names.append(self.plan.control_column)
         columns = dict(zip(names, rows.columns, strict=True))
+        if self.plan.control_column is not None:
+            columns.setdefault(self.plan.control_column, pa.nulls(rows.num_rows, pa.string()))
+        return columns
+
+    def _arrange(self, rows: pa.RecordBatch, origins: pa.Array, block: Sequence[Message]) -> pa.RecordBatch:
+        columns = self._data_columns(rows)
         for key in self.plan.connector_metadata:
             arrow_type = self.target.field(key).type
             columns[key] = metadata_array(key, block, arrow_type).take(origins)
@@ -143,10 +201,10 @@ class BatchDecoder:
 class _LineCounter:
     """The 1-based number of each chunk's first line, counted lazily (0 while nobody needs it)."""
 
-    def __init__(self, path: str, *, needed: bool) -> None:
+    def __init__(self, path: str, *, needed: bool, lines_before: int | None = None) -> None:
         self.path = path
         self.needed = needed
-        self._next_line: int | None = None
+        self._next_line: int | None = None if lines_before is None else lines_before + 1
 
     def first_line_of(self, position: int, chunk: bytes, *, needed: bool = False) -> int:
         if self._next_line is None:

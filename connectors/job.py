@@ -5,8 +5,10 @@
         --option columns='id INT NOT NULL, name STRING'
 
 Each micro-batch is printed as Flink prints changelogs (``+I[...]``), prefixed with the record's
-``topic/partition@offset``; the query runs until the input available at its start is read
-(``Trigger.AvailableNow``), and resumes from its checkpoint when run again with the same one.
+``topic/partition@offset``; a control event (a truncate, a logical message, a DDL) is printed in its
+place as ``! truncate`` (``controlEvents=emit``, unless the options set it). The query runs until
+the input available at its start is read (``Trigger.AvailableNow``), and resumes from its checkpoint
+when run again with the same one.
 """
 
 from __future__ import annotations
@@ -16,7 +18,10 @@ import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, TextIO
 
+import pyarrow.compute as pc
+
 from cdcflow.connectors.session import cdcflow_spark_config
+from cdcflow.connectors.source_options import CONTROL_COLUMN
 from cdcflow.connectors.spark_types import changes_from_arrow, schema_of_struct
 from cdcflow.formats import render_change
 
@@ -49,13 +54,20 @@ def changelog_printer(row_kind_column: str, out: TextIO) -> Callable[[DataFrame,
     def print_batch(batch: DataFrame, batch_id: int) -> None:
         from pyspark.sql.types import StructType
 
-        hidden = {row_kind_column, *ORIGIN_COLUMNS}
+        hidden = {row_kind_column, CONTROL_COLUMN, *ORIGIN_COLUMNS}
         columns = schema_of_struct(StructType([f for f in batch.schema.fields if f.name not in hidden]))
         table = batch.toArrow()
         origins = table.select(list(ORIGIN_COLUMNS)).to_pylist()
-        for origin, change in zip(origins, changes_from_arrow(table, columns, row_kind_column), strict=True):
+        controls: list[str | None] = [None] * table.num_rows
+        data = table
+        if CONTROL_COLUMN in table.column_names:
+            controls = table.column(CONTROL_COLUMN).to_pylist()
+            data = table.filter(pc.is_null(table.column(CONTROL_COLUMN)))
+        changes = iter(changes_from_arrow(data, columns, row_kind_column))
+        for origin, control in zip(origins, controls, strict=True):
             where = f"{origin['topic']}/{origin['partition']}@{origin['offset']}"
-            out.write(f"{where} {render_change(change, columns)}\n")
+            shown = f"! {control}" if control is not None else render_change(next(changes), columns)
+            out.write(f"{where} {shown}\n")
         out.flush()
 
     return print_batch
@@ -72,11 +84,10 @@ def stream_changelog(
     given = {key.lower(): value for key, value in options.items()}
     metadata = [m.strip() for m in given.get("metadata", "").split(",") if m.strip()]
     extra = [key for key in ORIGIN_COLUMNS if key not in metadata]
-    stream = (
-        spark.readStream.format(source)
-        .options(**{**options, "metadata": ",".join([*metadata, *extra])})
-        .load()
-    )
+    shown = {"metadata": ",".join([*metadata, *extra])}
+    if "controlevents" not in given:
+        shown["controlEvents"] = "emit"
+    stream = spark.readStream.format(source).options(**{**options, **shown}).load()
     row_kind = given.get("rowkindcolumn", "_row_kind")
     query = (
         stream.writeStream.foreachBatch(changelog_printer(row_kind, out))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -19,13 +20,13 @@ from typing import Any, Literal, TypeVar
 
 from cdcflow.connectors.errors import ConnectorOptionError, KafkaConnectorError
 from cdcflow.formats.options import boolean, integer
+from cdcflow.formats.redact import PLACEHOLDER, is_secret, redact, shown_settings
 
 T = TypeVar("T")
 Mode = Literal["batch", "streaming"]
 EARLIEST, LATEST = -2, -1
 _OFFSETS_EXAMPLE = '{"topicA":{"0":23,"1":-1},"topicB":{"0":-2}}'
 _ASSIGN_EXAMPLE = '{"topicA":[0,1],"topicB":[2,4]}'
-_SECRET_KEY = re.compile(r"password|secret|jaas|token|credential|private|\.pem|keystore", re.IGNORECASE)
 
 #: Source option keys this module reads (lower-cased, as Spark passes them), besides ``kafka.*``.
 SOURCE_OPTIONS = frozenset(
@@ -103,11 +104,12 @@ class ClientConfig:
         return dict(self.settings)
 
     def redact(self, text: str) -> str:
-        """``text`` with every secret setting's value replaced by ``***``."""
-        for key, value in self.settings:
-            if value and _SECRET_KEY.search(key):
-                text = text.replace(value, "***")
-        return text
+        """``text`` with every secret setting's value and URL credentials replaced by ``***``."""
+        return redact(text, self.settings)
+
+    def redacting(self, logger: logging.Logger) -> _RedactingLogger:
+        """``logger`` for librdkafka's log lines (its ``logger`` setting), with secrets redacted."""
+        return _RedactingLogger(logger, self)
 
     def explain(self, error: object) -> str:
         """librdkafka's text of a KafkaError or KafkaException, secrets redacted."""
@@ -129,8 +131,22 @@ class ClientConfig:
             ) from None
 
     def __repr__(self) -> str:
-        shown = ", ".join(f"{k}={'***' if _SECRET_KEY.search(k) else repr(v)}" for k, v in self.settings)
+        shown = ", ".join(
+            f"{k}={PLACEHOLDER if is_secret(k) else repr(v)}"
+            for k, v in shown_settings(self.settings).items()
+        )
         return f"ClientConfig({shown})"
+
+
+class _RedactingLogger:
+    """What librdkafka's ``logger`` setting calls (``log(level, format, *args)``), secrets redacted."""
+
+    def __init__(self, logger: logging.Logger, client: ClientConfig) -> None:
+        self.logger, self.client = logger, client
+
+    def log(self, level: int, message: str, *args: object) -> None:
+        if self.logger.isEnabledFor(level):
+            self.logger.log(level, "%s", self.client.redact(message % args if args else message))
 
 
 def require_kafka() -> None:

@@ -43,7 +43,7 @@ class KafkaProducerSink:
         self.topic = topic
         self._state = _Deliveries()
         config: dict[str, Any] = {"enable.idempotence": True, "acks": "all", **self.client.as_dict()}
-        config.update({"logger": log, "error_cb": self._on_client_error})
+        config.update({"logger": self.client.redacting(log), "error_cb": self._on_client_error})
         self._producer: Producer = self.client.create(lambda: Producer(config))
         self._queued = 0
 

@@ -113,9 +113,11 @@ def rate_limit(
 ) -> Offsets:
     """End offsets reading at most about ``limit`` records, shared in proportion (maxOffsetsPerTrigger).
 
-    ``start`` must hold every partition of ``latest`` (new ones at their low watermark).
+    As Spark's ``KafkaMicroBatchStream.rateLimit``: a partition of ``latest`` missing from ``start``
+    (a new one whose earliest offset is unknown) is left at its latest offset, for the planning of
+    the batch to report.
     """
-    sizes = {tp: latest[tp] - start[tp] for tp in latest if latest[tp] > start[tp]}
+    sizes = {tp: latest[tp] - start[tp] for tp in latest if tp in start and latest[tp] > start[tp]}
     total = sum(sizes.values())
     if total < 1:
         return dict(latest)
@@ -130,10 +132,23 @@ def rate_limit(
     return limited
 
 
-def limit_offsets(start: JsonOffsets, latest: JsonOffsets, limit: int) -> JsonOffsets:
-    """:func:`rate_limit` over Spark's offset JSON; partitions missing from ``start`` start at 0."""
+def limit_offsets(
+    start: JsonOffsets,
+    latest: JsonOffsets,
+    limit: int,
+    *,
+    new_partition_start: Mapping[TopicPartition, int],
+) -> JsonOffsets:
+    """:func:`rate_limit` over Spark's offset JSON.
+
+    Partitions missing from ``start`` are new: they start at ``new_partition_start`` (their earliest
+    offsets), as in Spark, so their share of the limit counts only the records they hold.
+    """
     begin, end = _offsets(start, "start"), _offsets(latest, "latest")
-    return offsets_to_json(rate_limit(limit, {tp: begin.get(tp, 0) for tp in end}, end))
+    for tp in set(end) - set(begin):
+        if tp in new_partition_start:
+            begin[tp] = new_partition_start[tp]
+    return offsets_to_json(rate_limit(limit, begin, end))
 
 
 def _offsets(obj: JsonOffsets, what: str) -> Offsets:

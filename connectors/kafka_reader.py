@@ -47,7 +47,7 @@ def new_consumer(options: KafkaOptions, on_error: Callable[[KafkaError], None] |
             "enable.auto.offset.store": False,
             "auto.offset.reset": "error",
             "enable.partition.eof": True,
-            "logger": log,
+            "logger": options.client.redacting(log),
         }
     )
     if on_error is not None:

@@ -15,12 +15,19 @@ from pyspark.sql import types as st
 from cdcflow.connectors import kafka_client, replay
 from cdcflow.connectors.errors import ConnectorOptionError
 from cdcflow.connectors.metadata import CONNECTOR_METADATA
-from cdcflow.connectors.source_options import SplitOptions, include_headers, split_options
+from cdcflow.connectors.source_options import (
+    CONTROL_COLUMN,
+    ControlEvents,
+    SplitOptions,
+    include_headers,
+    split_options,
+)
 from cdcflow.connectors.spark_types import schema_of_struct, struct_type
 from cdcflow.formats.base import DecodeOutput, Decoder, Message
-from cdcflow.formats.errors import FormatOptionError
+from cdcflow.formats.errors import FormatOptionError, SchemaError
+from cdcflow.formats.redact import redact
 from cdcflow.formats.registry import FormatFactory, resolve_format
-from cdcflow.formats.types import Schema, parse_ddl
+from cdcflow.formats.types import STRING, DataType, Field, Schema, TypeKind, parse_ddl
 
 INFERENCE_SAMPLE = 100
 
@@ -50,6 +57,8 @@ class ReadPlan:
     decoded_columns: Schema
     connector_metadata: tuple[str, ...]
     row_kind_column: str
+    control_column: str | None
+    """``controlEvents=emit``: the column of each control event row's kind; None: they are skipped."""
     output: st.StructType
     input: ReplayInput | KafkaInput
     dead_letters: DeadLetterTarget | None
@@ -63,6 +72,7 @@ def plan_read(format_name: str, raw: Mapping[str, str], user_schema: st.StructTy
     factory = resolve_format(format_name)
     options = split_options(raw, factory)
     row_kind = options.get("rowKindColumn")
+    control = CONTROL_COLUMN if options.get("controlEvents") is ControlEvents.EMIT else None
     connector_metadata, format_metadata = _metadata(options, factory)
     headers = include_headers(options.kafka) or "headers" in connector_metadata
     if headers and "headers" not in connector_metadata:
@@ -72,7 +82,9 @@ def plan_read(format_name: str, raw: Mapping[str, str], user_schema: st.StructTy
     format_options = dict(options.format)
     if dead_letters is not None:
         format_options[f"{factory.name}.ignore-parse-errors"] = "true"
-    columns = _declared_columns(options, user_schema, row_kind, connector_metadata, format_metadata)
+    columns = _declared_columns(
+        options, user_schema, (row_kind, control), connector_metadata, format_metadata
+    )
     decoder = _decoder(factory, format_options, columns, format_metadata, source, options)
     decoded: Schema = decoder.schema
     output = struct_type(decoded)
@@ -86,7 +98,17 @@ def plan_read(format_name: str, raw: Mapping[str, str], user_schema: st.StructTy
         raise ConnectorOptionError(
             f"the row kind column '{row_kind}' clashes with a column: set rowKindColumn to another name"
         )
-    output.add(st.StructField(row_kind, st.StringType(), False))
+    if control is None:
+        output.add(st.StructField(row_kind, st.StringType(), False))
+    else:
+        if control in decoded or control in connector_metadata or control == row_kind:
+            raise ConnectorOptionError(
+                f"column '{control}' of controlEvents=emit clashes with a column: rename that column"
+            )
+        # A control event's row has no row kind and no data: every column may be null.
+        output = st.StructType([st.StructField(f.name, f.dataType, True, f.metadata) for f in output.fields])
+        output.add(st.StructField(row_kind, st.StringType(), True))
+        output.add(st.StructField(control, st.StringType(), True))
     if user_schema is not None:
         _check_user_schema(user_schema, output)
         output = user_schema
@@ -96,10 +118,11 @@ def plan_read(format_name: str, raw: Mapping[str, str], user_schema: st.StructTy
         decoded_columns=decoded,
         connector_metadata=connector_metadata,
         row_kind_column=row_kind,
+        control_column=control,
         output=output,
         input=source,
         dead_letters=dead_letters,
-        include_headers=headers,
+        include_headers=headers or _reads_headers(factory, format_metadata),
         max_offsets_per_trigger=options.get("maxOffsetsPerTrigger"),
         max_bytes_per_trigger=options.get("maxBytesPerTrigger"),
         max_records_per_partition=max(1, options.get("maxRecordsPerPartition")),
@@ -121,6 +144,10 @@ def _metadata(options: SplitOptions, factory: FormatFactory) -> tuple[tuple[str,
                 + (f"; format '{factory.name}' adds {', '.join(sorted(own))}" if own else "")
             )
     return tuple(connector), tuple(format_keys)
+
+
+def _reads_headers(factory: FormatFactory, format_metadata: tuple[str, ...]) -> bool:
+    return any(c.reads_headers for c in factory.metadata_columns if c.key in format_metadata)
 
 
 def _input(options: SplitOptions) -> ReplayInput | KafkaInput:
@@ -160,8 +187,8 @@ def _dead_letters(options: SplitOptions, factory: FormatFactory) -> DeadLetterTa
         return None
     if path is not None and "://" in path:
         raise ConnectorOptionError(
-            f"deadLetterPath '{path}': each executor writes it with local file I/O, so it must be a local or "
-            "mounted shared directory, not a URL; or use deadLetterTopic"
+            f"deadLetterPath '{redact(path)}': each executor writes it with local file I/O, so it must be a "
+            "local or mounted shared directory, not a URL; or use deadLetterTopic"
         )
     kafka = None
     if topic is not None:
@@ -175,7 +202,7 @@ def _dead_letters(options: SplitOptions, factory: FormatFactory) -> DeadLetterTa
 def _declared_columns(
     options: SplitOptions,
     user_schema: st.StructType | None,
-    row_kind: str,
+    not_data: tuple[str, str | None],
     connector_metadata: tuple[str, ...],
     format_metadata: tuple[str, ...],
 ) -> Schema | None:
@@ -190,13 +217,14 @@ def _declared_columns(
         return None
     from cdcflow.formats.base import metadata_column_name
 
+    row_kind, control = not_data
     if row_kind not in user_schema.fieldNames():
         raise ConnectorOptionError(
             f"the schema given with .schema(...) is the whole output, and it has no '{row_kind}' column "
             f"for the row kind: add `{row_kind} STRING NOT NULL` to it, or pass only the table columns "
             "with .option('columns', '<DDL>')"
         )
-    not_table = {row_kind, *connector_metadata, *(metadata_column_name(k) for k in format_metadata)}
+    not_table = {row_kind, control, *connector_metadata, *(metadata_column_name(k) for k in format_metadata)}
     table = st.StructType([f for f in user_schema.fields if f.name not in not_table])
     return schema_of_struct(table)
 
@@ -218,11 +246,39 @@ def _decoder(
                 "or as .schema(...) including the row kind column"
             ) from None
         raise
+    added = options.get("addedColumns")
     if columns is not None:
+        if added is not None:
+            raise ConnectorOptionError(
+                "option 'addedColumns' widens inferred columns, but the columns are declared: add the new "
+                "columns to the declared ones instead"
+            )
         return decoder
-    inferred = _infer(decoder, source)
-    # Pin the inferred columns: every executor decodes against the same schema.
-    return factory.create_decoder(format_options, _physical(inferred, factory, metadata), metadata)
+    inferred = _with_added(_physical(_infer(decoder, source), factory, metadata), added)
+    # Pin the inferred columns: every executor decodes against the same schema, and a message with
+    # more columns stops the read (SchemaChangedError) instead of losing them.
+    return factory.create_decoder(format_options, inferred, metadata).failing_on_new_columns()
+
+
+def _with_added(inferred: Schema, added: str | None) -> Schema:
+    """The inferred columns and, after them, the ``addedColumns`` they do not have (nullable)."""
+    if added is None:
+        return inferred
+    try:
+        extra = parse_ddl(added)
+    except SchemaError as error:
+        raise ConnectorOptionError(f"option 'addedColumns': {error}") from None
+    return Schema((*inferred, *(Field(f.name, f.type) for f in extra if f.name not in inferred)))
+
+
+def columns_ddl(columns: Schema) -> str:
+    """Columns as the DDL of ``addedColumns``: a variable-scale decimal (no Spark type keeps it exactly)
+    is the STRING of its digits, as the source outputs it."""
+    return Schema(tuple(Field(f.name, STRING) if _variable_scale(f.type) else f for f in columns)).ddl()
+
+
+def _variable_scale(data_type: DataType) -> bool:
+    return data_type.kind is TypeKind.DECIMAL and data_type.scale is None
 
 
 def _physical(schema: Schema, factory: FormatFactory, metadata: tuple[str, ...]) -> Schema:

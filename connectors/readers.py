@@ -21,9 +21,10 @@ from pyspark.sql.streaming.datasource import (
 
 from cdcflow.connectors import kafka_client, replay
 from cdcflow.connectors.decode_batches import BatchDecoder
-from cdcflow.connectors.errors import ReplayFormatError
-from cdcflow.connectors.read_plan import KafkaInput, ReadPlan, ReplayInput
+from cdcflow.connectors.errors import ReplayFormatError, SchemaChangedError
+from cdcflow.connectors.read_plan import KafkaInput, ReadPlan, ReplayInput, columns_ddl
 from cdcflow.formats.base import Message
+from cdcflow.formats.errors import NewColumnsError
 
 BYTES_PER_RECORD = 400
 """A replayed file is split as if a record were this long (Debezium envelopes are ~0.4-2 kB)."""
@@ -35,9 +36,13 @@ Offsets = dict[str, dict[str, int]]
 
 @dataclass(frozen=True)
 class FileRange:
+    """The lines of a file starting in ``[start, end)``; ``lines_before`` of them, counted once by the
+    planner, number them (the ``line`` column, dead letters) without a rescan from the file's start."""
+
     path: str
     start: int
     end: int
+    lines_before: int | None = None
 
 
 class CdcInputPartition(InputPartition):
@@ -48,7 +53,7 @@ class CdcInputPartition(InputPartition):
 
 def _messages(plan: ReadPlan, split: FileRange | kafka_client.OffsetRange) -> Iterator[Message]:
     if isinstance(split, FileRange):
-        return replay.read_messages(split.path, split.start, split.end)
+        return replay.read_messages(split.path, split.start, split.end, split.lines_before)
     assert isinstance(plan.input, KafkaInput)  # noqa: S101 - Kafka ranges come from a Kafka input
     return kafka_client.read_range(
         plan.input.options,
@@ -64,8 +69,17 @@ def _read(plan: ReadPlan, partition: InputPartition) -> Iterator[pa.RecordBatch]
     split = partition.split
     decoder = BatchDecoder(plan)
     if isinstance(split, FileRange) and decoder.reads_lines and not replay.is_dump(split.path):
-        return decoder.file_batches(split.path, split.start, split.end)
-    return decoder.batches(_messages(plan, split))
+        return _schema_checked(decoder.file_batches(split.path, split.start, split.end, split.lines_before))
+    return _schema_checked(decoder.batches(_messages(plan, split)))
+
+
+def _schema_checked(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """The batches; a message with columns the inferred ones lack fails the task, so the micro-batch
+    writes nothing (:class:`SchemaChangedError`)."""
+    try:
+        yield from batches
+    except NewColumnsError as error:
+        raise SchemaChangedError(error.origin, columns_ddl(error.columns)) from None
 
 
 def _file_ranges(path: str, start: int, end: int, target_bytes: int) -> list[FileRange]:
@@ -74,7 +88,9 @@ def _file_ranges(path: str, start: int, end: int, target_bytes: int) -> list[Fil
         return []
     count = -(-(end - start) // target_bytes)
     bounds = [start + (end - start) * i // count for i in range(count + 1)]
-    return [FileRange(path, a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+    pieces = [(a, b) for a, b in zip(bounds, bounds[1:], strict=False) if b > a]
+    lines = replay.lines_before_splits(path, [a for a, _ in pieces])
+    return [FileRange(path, a, b, n) for (a, b), n in zip(pieces, lines, strict=True)]
 
 
 def _replay_partitions(plan: ReadPlan, start: Offsets, end: Offsets) -> list[CdcInputPartition]:
@@ -100,15 +116,24 @@ def _kafka_partitions(plan: ReadPlan, ranges: list[kafka_client.OffsetRange]) ->
     ]
 
 
+def _new_partition_starts(plan: ReadPlan, start: Offsets, end: Offsets) -> kafka_client.Offsets:
+    """The earliest offsets of the partitions in ``end`` but not in ``start``: where new ones start."""
+    assert isinstance(plan.input, KafkaInput)  # noqa: S101
+    new = sorted(set(kafka_client.offsets_from_json(end)) - set(kafka_client.offsets_from_json(start)))
+    bounds = kafka_client.offset_bounds(plan.input.options, new) if new else {}
+    return {tp: low for tp, (low, _) in bounds.items()}
+
+
 def _stream_ranges(plan: ReadPlan, start: Offsets, end: Offsets) -> list[kafka_client.OffsetRange]:
     """A micro-batch's ranges, with Spark's checks: partitions gone or offsets gone back are data loss."""
     assert isinstance(plan.input, KafkaInput)  # noqa: S101
     options = plan.input.options
     begin, stop = kafka_client.offsets_from_json(start), kafka_client.offsets_from_json(end)
-    new = sorted(set(stop) - set(begin))
-    lows = {tp: low for tp, (low, _) in kafka_client.offset_bounds(options, new).items()} if new else {}
     return kafka_client.stream_ranges(
-        begin, stop, new_partition_start=lows, fail_on_data_loss=options.fail_on_data_loss
+        begin,
+        stop,
+        new_partition_start=_new_partition_starts(plan, start, end),
+        fail_on_data_loss=options.fail_on_data_loss,
     )
 
 
@@ -182,7 +207,8 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(self.plan.input, ReplayInput):
             return _limit_bytes(start, latest, self.plan.max_bytes_per_trigger)
         if isinstance(limit, ReadMaxRows):
-            return kafka_client.limit_offsets(start, latest, limit.max_rows)
+            new_starts = _new_partition_starts(self.plan, start, latest)
+            return kafka_client.limit_offsets(start, latest, limit.max_rows, new_partition_start=new_starts)
         return latest
 
     def reportLatestOffset(self) -> Offsets:

@@ -7,17 +7,22 @@ Two kinds of file are read (``docs/replay.md``):
 - a **plain file**: one message value per line (e.g. one Debezium envelope), blank lines ignored.
 
 Files split by byte range: a split owns the lines that *start* in ``[start, end)``, so any set of
-adjacent splits reads every line exactly once. Messages carry their file and 1-based line number.
+adjacent splits reads every line exactly once. Messages carry their file and 1-based line number;
+the planner counts the lines before each split once (:func:`lines_before_splits`) and hands the count
+to the split, which never rescans the file from its start.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import bisect
 import glob
 import os
-from collections.abc import Iterable, Iterator, Mapping
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import IO, Any
 
@@ -27,6 +32,7 @@ from cdcflow.connectors import kafka_client
 from cdcflow.connectors.errors import ConnectorOptionError, ReplayFormatError
 from cdcflow.connectors.kafka_options import KafkaOptions
 from cdcflow.formats import Message
+from cdcflow.formats.redact import redact
 
 DUMP_MARKER = "cdcflow-topic-dump"
 DUMP_VERSION = 1
@@ -52,9 +58,13 @@ def list_files(path: str) -> list[str]:
     elif os.path.isfile(path):
         return [path]
     else:
-        raise ConnectorOptionError(f"path '{path}' does not exist: give a file, a directory or a glob")
+        raise ConnectorOptionError(
+            f"path '{redact(path)}' does not exist: give a file, a directory or a glob"
+        )
     if not files:
-        raise ConnectorOptionError(f"path '{path}' names no file to replay (hidden files are skipped)")
+        raise ConnectorOptionError(
+            f"path '{redact(path)}' names no file to replay (hidden files are skipped)"
+        )
     return files
 
 
@@ -66,11 +76,19 @@ def file_size(path: str) -> int:
     return os.path.getsize(path)
 
 
-def read_messages(path: str, start_byte: int = 0, end_byte: int | None = None) -> Iterator[Message]:
-    """The messages of the lines of ``path`` that start in ``[start_byte, end_byte)``, in file order."""
+def read_messages(
+    path: str, start_byte: int = 0, end_byte: int | None = None, lines_before: int | None = None
+) -> Iterator[Message]:
+    """The messages of the lines of ``path`` that start in ``[start_byte, end_byte)``, in file order.
+
+    ``lines_before`` is the number of lines before the first of them, when the planner counted it
+    (:func:`lines_before_splits`); else it is counted here.
+    """
     with open(path, "rb") as stream:
         dump = _is_dump(stream, path)
-        position, number = _first_line_at(stream, start_byte)
+        position = _line_start_at(stream, start_byte)
+        number = _count_lines(path, stream, position) if lines_before is None else lines_before
+        stream.seek(position)
         end = file_size(path) if end_byte is None else end_byte
         while position < end:
             line = stream.readline()
@@ -107,7 +125,18 @@ def read_line_chunks(
 def lines_before(path: str, position: int) -> int:
     """How many lines of ``path`` end before byte ``position``."""
     with open(path, "rb") as stream:
-        return _newlines_before(stream, position)
+        return _count_lines(path, stream, position)
+
+
+def lines_before_splits(path: str, starts: Sequence[int]) -> list[int]:
+    """For each split start, how many lines of ``path`` end before the split's first line.
+
+    The newlines are counted once: from the nearest position counted before (in this process, while
+    the file keeps its size and modification time or only grows), so planning every split of a file
+    and of its successive micro-batches reads each byte about once.
+    """
+    with open(path, "rb") as stream:
+        return [_count_lines(path, stream, _line_start_at(stream, start)) for start in starts]
 
 
 def next_line_start(path: str, position: int) -> int:
@@ -116,11 +145,57 @@ def next_line_start(path: str, position: int) -> int:
         return _line_start_at(stream, position)
 
 
-def _newlines_before(stream: IO[bytes], position: int) -> int:
-    stream.seek(0)
-    lines, read = 0, 0
-    while read < position:
-        chunk = stream.read(min(_CHUNK, position - read))
+@dataclass
+class _Counted:
+    """Positions of one file whose preceding newlines are known: ``(byte position, newlines before)``."""
+
+    size: int
+    mtime_ns: int
+    marks: list[tuple[int, int]] = dataclass_field(default_factory=lambda: [(0, 0)])
+
+
+_COUNTED: dict[str, _Counted] = {}
+_COUNTED_LOCK = threading.Lock()
+_MAX_MARKS = 256
+_MAX_FILES = 4096
+
+
+def _count_lines(path: str, stream: IO[bytes], position: int) -> int:
+    """The newlines of ``stream`` (the file ``path``) before ``position``, counted from the nearest
+    known position before it, which becomes known in turn."""
+    stat = os.fstat(stream.fileno())
+    with _COUNTED_LOCK:
+        counted = _COUNTED.get(path)
+        if (
+            counted is None
+            or stat.st_size < counted.size
+            or (stat.st_size == counted.size and stat.st_mtime_ns != counted.mtime_ns)
+        ):
+            counted = _Counted(stat.st_size, stat.st_mtime_ns)  # new, shrunk or rewritten: count again
+        else:  # the same file, or grown: replayed files only grow, positions counted hold
+            counted.size, counted.mtime_ns = stat.st_size, stat.st_mtime_ns
+        _COUNTED.pop(path, None)
+        _COUNTED[path] = counted  # most recently used last
+        if len(_COUNTED) > _MAX_FILES:
+            del _COUNTED[next(iter(_COUNTED))]
+        at = bisect.bisect_right(counted.marks, (position, float("inf"))) - 1
+        known, lines = counted.marks[at]
+    lines += _newlines_between(stream, known, position)
+    with _COUNTED_LOCK:
+        marks = counted.marks
+        index = bisect.bisect_left(marks, (position, -1))
+        if index == len(marks) or marks[index][0] != position:
+            marks.insert(index, (position, lines))
+        if len(marks) > _MAX_MARKS:
+            del marks[1 : len(marks) - _MAX_MARKS + 1]  # keep the start and the furthest positions
+    return lines
+
+
+def _newlines_between(stream: IO[bytes], start: int, end: int) -> int:
+    stream.seek(start)
+    lines, read = 0, start
+    while read < end:
+        chunk = stream.read(min(_CHUNK, end - read))
         if not chunk:
             break
         lines += chunk.count(b"\n")
@@ -165,14 +240,6 @@ def _is_dump(stream: IO[bytes], path: str) -> bool:
             f"version {DUMP_VERSION}"
         )
     return True
-
-
-def _first_line_at(stream: IO[bytes], start: int) -> tuple[int, int]:
-    """Move to the first line starting at or after ``start``; its byte position and the lines before."""
-    position = _line_start_at(stream, start)
-    lines = _newlines_before(stream, position)
-    stream.seek(position)
-    return position, lines
 
 
 def _dump_record(line: bytes, path: str, number: int) -> Message:

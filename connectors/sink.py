@@ -1,8 +1,10 @@
 """The ``cdc-*`` sinks: a changelog DataFrame → the format's envelopes (TO_CHANGELOG) → a Kafka topic.
 
 Key = the primary key columns (``keyColumns``), an idempotent producer, and a batch that fails when a
-delivery fails: at-least-once, as Spark's own Kafka sink. An update whose ``-U`` and ``+U`` arrive in
-the same task is written as ONE update event.
+delivery fails: at-least-once, as Spark's own Kafka sink. An update is written as ONE update event, and
+a key's changes in their order, or the write fails (:mod:`cdcflow.connectors.sink_order`): a ``-U`` and
+its ``+U`` in different tasks fail the task before either is written; a key written by two tasks of one
+batch fails the batch at its commit.
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ from pyspark.sql.types import StructType
 
 from cdcflow.connectors import kafka_client
 from cdcflow.connectors.errors import ConnectorOptionError
+from cdcflow.connectors.sink_order import KeyHashes, UpdatePairs, check_disjoint_keys
 from cdcflow.connectors.source_options import split_options
 from cdcflow.connectors.spark_types import schema_of_struct
+from cdcflow.core.keys import key_of
 from cdcflow.core.model import Change
 from cdcflow.core.rowkind import RowKind
 from cdcflow.formats.base import Encoded, Encoder
+from cdcflow.formats.redact import redacted_repr
 from cdcflow.formats.registry import resolve_format
 from cdcflow.formats.types import DataType, Schema, TypeKind
 
@@ -36,6 +41,10 @@ class WritePlan:
     key_columns: tuple[str, ...]
     topic: str
     producer_config: kafka_client.ClientConfig
+    key_order_check: bool = True
+
+    def __repr__(self) -> str:
+        return redacted_repr(self)
 
     def encoder(self) -> Encoder:
         factory = resolve_format(self.format_name)
@@ -50,6 +59,9 @@ class WritePlan:
 class WriteCounts(WriterCommitMessage):
     changes: int
     records: int
+    #: The task's input partition, and its keys' hashes (:class:`KeyHashes`; empty without the check).
+    task: int | None = None
+    key_hashes: bytes = b""
 
 
 def plan_write(format_name: str, raw: Mapping[str, str], schema: StructType) -> WritePlan:
@@ -80,6 +92,7 @@ def plan_write(format_name: str, raw: Mapping[str, str], schema: StructType) -> 
         key_columns=tuple(options.get("keyColumns")),
         topic=topic,
         producer_config=producer_config,
+        key_order_check=options.get("keyOrderCheck"),
     )
     if not plan.key_columns:
         raise ConnectorOptionError(
@@ -139,24 +152,51 @@ def changes_of(batch: pa.RecordBatch, table: Schema, row_kind_column: str) -> It
         yield Change(kind, row)
 
 
+def _task_partition() -> int | None:
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return None if context is None else context.partitionId()
+
+
 def write_changes(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> WriteCounts:
     encoder = plan.encoder()
-    producer = kafka_client.KafkaProducerSink(plan.producer_config, plan.topic)
+    task = _task_partition()
+    pairs = UpdatePairs(plan.key_columns, pairs_updates=encoder.pairs_updates, task=task)
+    keys = KeyHashes()
     changes = records = 0
+    # Leaving the block with an error purges what is still queued; a half update is never queued.
+    with kafka_client.KafkaProducerSink(plan.producer_config, plan.topic) as producer:
 
-    def send(encoded: Sequence[Encoded]) -> None:
-        nonlocal records
-        for item in encoded:
-            producer.produce(item.key, item.value)
-        records += len(encoded)
+        def send(encoded: Sequence[Encoded]) -> None:
+            nonlocal records
+            for item in encoded:
+                producer.produce(item.key, item.value)
+            records += len(encoded)
 
-    for batch in batches:
-        for change in changes_of(batch, plan.table, plan.row_kind_column):
-            changes += 1
-            send(encoder.encode(change))
-    send(encoder.flush())
-    producer.flush()
-    return WriteCounts(changes, records)
+        for batch in batches:
+            for change in changes_of(batch, plan.table, plan.row_kind_column):
+                key = key_of(change.row, plan.key_columns, changes)
+                pairs.check(change, key, changes)
+                if plan.key_order_check:
+                    keys.add(key)
+                changes += 1
+                send(encoder.encode(change))
+        pairs.finish()
+        send(encoder.flush())
+    return WriteCounts(changes, records, task, keys.packed())
+
+
+def check_batch(plan: WritePlan, messages: Sequence[WriterCommitMessage | None], batch: str) -> None:
+    """On the driver, before the batch counts as written: no key was written by two of its tasks."""
+    if not plan.key_order_check:
+        return
+    reports = [
+        (m.task if m.task is not None else index, m.key_hashes)
+        for index, m in enumerate(messages)
+        if isinstance(m, WriteCounts)
+    ]
+    check_disjoint_keys(reports, batch, plan.key_columns)
 
 
 class KafkaChangelogWriter(DataSourceArrowWriter):
@@ -165,6 +205,9 @@ class KafkaChangelogWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteCounts:
         return write_changes(self.plan, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        check_batch(self.plan, messages, "this write")
 
 
 class KafkaChangelogStreamWriter(DataSourceStreamArrowWriter):
@@ -175,7 +218,9 @@ class KafkaChangelogStreamWriter(DataSourceStreamArrowWriter):
         return write_changes(self.plan, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        """Every record was acknowledged by Kafka before its task ended; nothing is left to commit."""
+        """Every record was acknowledged by Kafka before its task ended; what is left is the check
+        that no key was written by two tasks (which would leave its changes without an order)."""
+        check_batch(self.plan, messages, f"micro-batch {batchId}")
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
         """Records already delivered stay in the topic (at-least-once); a retried batch writes again."""

@@ -10,12 +10,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 from cdcflow.connectors import kafka_client
 from cdcflow.connectors.errors import ConnectorOptionError
-from cdcflow.formats.options import Option, boolean, integer, names, optional_string, show_default
+from cdcflow.formats.options import Option, boolean, choice, integer, names, optional_string, show_default
+from cdcflow.formats.redact import redacted_repr
 from cdcflow.formats.registry import FormatFactory
+
+CONTROL_COLUMN = "_control"
+"""With ``controlEvents=emit``: the column naming a control event's kind (null on change rows)."""
+
+
+class ControlEvents(Enum):
+    """What a source does with a control event (truncate, message, schema-change, ...)."""
+
+    SKIP = "skip"
+    EMIT = "emit"
+
 
 CONNECTOR_OPTIONS: tuple[Option[Any], ...] = (
     Option("path", optional_string, None, "Replay: a file, directory or glob of recorded messages"),
@@ -25,6 +38,13 @@ CONNECTOR_OPTIONS: tuple[Option[Any], ...] = (
         None,
         "The table columns as a DDL string (Flink spellings work: TIMESTAMP(3)); "
         "the output adds the row kind and metadata columns. Alternative to .schema(...)",
+    ),
+    Option(
+        "addedColumns",
+        optional_string,
+        None,
+        "Without columns: columns added upstream (DDL), appended to those inferred from the first "
+        "messages; the fix a schema-change error names (cdcflow ingest sets it by itself)",
     ),
     Option("rowKindColumn", str, "_row_kind", "The column holding +I, -U, +U or -D"),
     Option(
@@ -41,6 +61,14 @@ CONNECTOR_OPTIONS: tuple[Option[Any], ...] = (
         "Directory for rejected records (JSON lines), local or mounted on every executor",
     ),
     Option("deadLetterTopic", optional_string, None, "Kafka topic for rejected records"),
+    Option(
+        "controlEvents",
+        choice(ControlEvents),
+        ControlEvents.SKIP,
+        "Control events (truncate, message, schema-change, ...): skip counts and logs them on the "
+        "executor; emit makes each one a row with its kind in column _control (null on change rows), "
+        "null row kind and data columns, and the metadata columns filled",
+    ),
     Option("maxOffsetsPerTrigger", integer, 0, "Streaming: at most this many Kafka records per micro-batch"),
     Option(
         "maxBytesPerTrigger",
@@ -56,6 +84,13 @@ CONNECTOR_OPTIONS: tuple[Option[Any], ...] = (
     ),
     Option("topic", optional_string, None, "Sink: the Kafka topic to write (also the Avro subject's topic)"),
     Option("keyColumns", names, (), "Sink (required): the primary-key columns that form the Kafka key"),
+    Option(
+        "keyOrderCheck",
+        boolean,
+        True,
+        "Sink: fail a batch in which two tasks wrote the same key (their changes would have no order); "
+        "each task reports 8 bytes per distinct key to the driver",
+    ),
 )
 _BY_KEY = {option.key.lower(): option for option in CONNECTOR_OPTIONS}
 
@@ -74,6 +109,9 @@ class SplitOptions:
 
     def get(self, key: str) -> Any:
         return self.connector[key]
+
+    def __repr__(self) -> str:
+        return redacted_repr(self)
 
 
 def split_options(raw: Mapping[str, str], factory: FormatFactory) -> SplitOptions:

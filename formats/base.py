@@ -19,7 +19,7 @@ from cdcflow.core.errors import ChangelogDataError
 from cdcflow.core.model import Change
 from cdcflow.core.params import plan_to_changelog
 from cdcflow.core.to_envelopes import ToChangelog
-from cdcflow.formats.errors import DecodeError, FieldError, FormatOptionError
+from cdcflow.formats.errors import DecodeError, FieldError, FormatOptionError, NewColumnsError
 from cdcflow.formats.options import Option, boolean
 from cdcflow.formats.types import DataType, Field, Schema
 from cdcflow.formats.values import InexactNumber, loads_exact
@@ -70,12 +70,14 @@ class ControlEvent:
 
     ``kind`` is ``truncate`` (Debezium ``t``, OGG ``T``) or ``message`` (Debezium ``m``), ``schema-change``
     (a Canal or Maxwell DDL), ``init`` (Canal's INIT) or ``bootstrap`` (Maxwell's bootstrap markers);
-    ``payload`` is the decoded envelope.
+    ``payload`` is the decoded envelope; ``metadata`` the format's requested metadata columns read from
+    it (by output column name; a column not there is null).
     """
 
     kind: str
     message: Message
     payload: Mapping[str, Any]
+    metadata: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -133,6 +135,9 @@ class Decoder(ABC):
             return
         try:
             decoded = self._decode_exactly_if_needed(message, metrics)
+        except NewColumnsError as error:
+            error.origin = message.origin()
+            raise
         except (FieldError, ChangelogDataError, orjson.JSONDecodeError, UnicodeDecodeError) as error:
             reason, path = _reason(error)
             if not self.ignore_parse_errors:
@@ -174,6 +179,20 @@ class Decoder(ABC):
         for message in messages:
             self.decode(message, out)
         return out
+
+    def failing_on_new_columns(self) -> Decoder:
+        """This decoder, for columns inferred from earlier messages: a message whose own schema has a
+        column the declared ones lack raises :class:`NewColumnsError` instead of dropping it. Formats
+        whose messages carry no schema have nothing to check and return ``self``."""
+        return self
+
+
+def check_new_columns(declared: Schema, seen: Schema) -> None:
+    """Raise :class:`NewColumnsError` with the columns of ``seen`` that ``declared`` lacks (nullable:
+    the rows written before they appeared have no value)."""
+    new = tuple(Field(f.name, f.type) for f in seen if f.name not in declared)
+    if new:
+        raise NewColumnsError(Schema(new))
 
 
 def _reason(error: Exception) -> tuple[str, str | None]:
@@ -259,6 +278,11 @@ class Encoder(ABC):
     def flush(self) -> list[Encoded]:
         return []
 
+    @property
+    def pairs_updates(self) -> bool:
+        """A ``-U`` waits for its key's ``+U`` to make one event: both must reach the same encoder."""
+        return False
+
     def encode_all(self, changes: Iterable[Change]) -> list[Encoded]:
         out: list[Encoded] = []
         for change in changes:
@@ -290,6 +314,10 @@ class EnvelopeEncoder(Encoder):
     def flush(self) -> list[Encoded]:
         return [self._serialise(envelope) for envelope in self._engine.flush()]
 
+    @property
+    def pairs_updates(self) -> bool:
+        return self._engine.params.op_mapping.combines_updates
+
     @abstractmethod
     def _serialise(self, envelope: Mapping[str, Any]) -> Encoded:
         """One envelope of the engine as the format's message."""
@@ -313,11 +341,15 @@ def check_key_columns(schema: Schema, key_columns: Sequence[str]) -> tuple[str, 
 
 @dataclass(frozen=True)
 class MetadataColumn:
-    """A metadata column a format can expose: its key (Flink's), type and where it sits."""
+    """A metadata column a format can expose: its key (Flink's), type and where it sits.
+
+    ``reads_headers``: its value comes from the Kafka record's headers, which a reader must then fetch.
+    """
 
     key: str
     type: DataType
     description: str
+    reads_headers: bool = False
 
 
 def metadata_schema(

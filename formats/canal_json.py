@@ -24,6 +24,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -38,6 +39,7 @@ from cdcflow.formats.base import (
     FormatMetrics,
     Message,
     MetadataColumn,
+    check_new_columns,
     output_schema,
     parse_json_object,
 )
@@ -56,6 +58,7 @@ from cdcflow.formats.flat_json_common import (
     json_options,
     key_bytes,
     plain_decimal,
+    read_metadata,
     target_options,
 )
 from cdcflow.formats.jsonenc import (
@@ -84,6 +87,13 @@ OPTIONS = json_options(NAME, [*include_options(), *target_options("database", "t
 
 ROW_TYPES = ("INSERT", "UPDATE", "DELETE")
 DDL_TYPES = frozenset({"CREATE", "ALTER", "ERASE", "RENAME", "TRUNCATE", "CINDEX", "DINDEX", "QUERY"})
+
+
+def _ddl_kind(kind: Any) -> str:
+    """A DDL message's control event: ``truncate`` for TRUNCATE (the table's rows are gone), else
+    ``schema-change``."""
+    return "truncate" if kind == "TRUNCATE" else "schema-change"
+
 
 METADATA = (
     MetadataColumn("database", STRING, "the database of the change"),
@@ -285,10 +295,13 @@ class CanalJsonDecoder(Decoder):
         self._declared = ImageReader(config.schema, CANAL_OVERRIDES) if config.schema is not None else None
         if config.schema is not None:
             self.schema = output_schema(config.schema, METADATA, config.metadata)
-        self._by_mysql_types: dict[bytes, tuple[ImageReader, Schema]] = {}
+        self._by_mysql_types: dict[bytes, tuple[ImageReader, Schema, Schema]] = {}
 
     def __reduce__(self) -> tuple[Callable[..., CanalJsonDecoder], tuple[FlatJsonConfig]]:
         return type(self), (self.config,)
+
+    def failing_on_new_columns(self) -> CanalJsonDecoder:
+        return type(self)(replace(self.config, fail_on_new_columns=True))
 
     def decode_message(self, message: Message, metrics: FormatMetrics) -> Decoded:
         assert message.value is not None  # noqa: S101 - the base class skips tombstones
@@ -297,9 +310,13 @@ class CanalJsonDecoder(Decoder):
             return None
         kind = envelope.get("type")
         if envelope.get("isDdl") is True or kind in DDL_TYPES:
-            return ControlEvent("schema-change", message, envelope)
+            return ControlEvent(
+                _ddl_kind(kind), message, envelope, read_metadata(self.config.metadata, SOURCES, envelope)
+            )
         if kind == "INIT":
-            return ControlEvent("init", message, envelope)
+            return ControlEvent(
+                "init", message, envelope, read_metadata(self.config.metadata, SOURCES, envelope)
+            )
         if kind not in ROW_TYPES:
             raise FieldError(
                 "type",
@@ -345,15 +362,25 @@ class CanalJsonDecoder(Decoder):
         return changes
 
     def _reader(self, envelope: Mapping[str, Any]) -> ImageReader:
-        if self._declared is not None:
+        declared = self.config.schema
+        if self._declared is not None and not self.config.fail_on_new_columns:
             return self._declared
         types = envelope.get("mysqlType")
+        if self._declared is not None and declared is not None:
+            if isinstance(types, dict) and types:
+                check_new_columns(declared, self._columns(types)[2])
+            return self._declared
         if not isinstance(types, dict) or not types:
             raise FieldError(
                 "mysqlType",
                 "no schema was declared and the message has no mysqlType to read the columns from: "
                 "declare the schema (schema='id INT NOT NULL, name STRING')",
             )
+        reader, self.schema, _ = self._columns(types)
+        return reader
+
+    def _columns(self, types: Mapping[str, Any]) -> tuple[ImageReader, Schema, Schema]:
+        """The reader, output schema and columns a ``mysqlType`` object describes."""
         fingerprint = orjson.dumps(types)
         cached = self._by_mysql_types.get(fingerprint)
         if cached is None:
@@ -366,10 +393,10 @@ class CanalJsonDecoder(Decoder):
             cached = (
                 ImageReader(physical, CANAL_OVERRIDES),
                 output_schema(physical, METADATA, self.config.metadata),
+                physical,
             )
             self._by_mysql_types[fingerprint] = cached
-        self.schema = cached[1]
-        return cached[0]
+        return cached
 
 
 # --- encoding ---------------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ from __future__ import annotations
 import base64
 import datetime as dt
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from decimal import Decimal
 from enum import Enum
 from typing import Any
 
@@ -18,27 +17,37 @@ import orjson
 from cdcflow.core.from_envelopes import FromChangelog
 from cdcflow.core.model import Change, Row
 from cdcflow.core.params import plan_from_changelog
-from cdcflow.formats.base import FormatMetrics, Message, MetadataColumn, metadata_column_name, metadata_schema
+from cdcflow.formats.base import (
+    FormatMetrics,
+    Headers,
+    Message,
+    MetadataColumn,
+    metadata_column_name,
+    metadata_schema,
+)
 from cdcflow.formats.base import output_schema as base_output_schema
+from cdcflow.formats.coerce import exact_cast
 from cdcflow.formats.debezium_position import source_sequence
 from cdcflow.formats.errors import FieldError
 from cdcflow.formats.options import Option, choice, names
 from cdcflow.formats.types import (
     BIGINT,
-    INTEGER_KINDS,
     STRING,
     TIMESTAMP_LTZ_MILLIS,
     DataType,
     Schema,
     TypeKind,
 )
-from cdcflow.formats.values import UNAVAILABLE, Converter, RowConverter, converter
+from cdcflow.formats.values import UNAVAILABLE, Converter, RowConverter, as_text
 
 PLACEHOLDER = "__debezium_unavailable_value"
 _PLACEHOLDER_BASE64 = base64.b64encode(PLACEHOLDER.encode()).decode()
 _PLACEHOLDER_BYTES = PLACEHOLDER.encode()
 _PLACEHOLDER_CODES = [ord(c) for c in PLACEHOLDER]
 CONTROL_OPS = {"t": "truncate", "m": "message"}
+#: The headers Debezium puts on the events of a primary-key change: the delete (and its tombstone)
+#: carries the new key, the create the old one.
+KEY_HEADERS = {"old-key": "__debezium.oldkey", "new-key": "__debezium.newkey"}
 
 
 class DebeziumMode(Enum):
@@ -67,8 +76,9 @@ MODE_HELP = (
     "UPSERT: u gives +U, d gives -D of the key, no before image needed"
 )
 UNAVAILABLE_HELP = (
-    "an unchanged TOASTed column (__debezium_unavailable_value): FILL takes it from the previous image "
-    "of the key kept in state, else reports it; REPORT sets NULL and names it in the unavailable-columns "
+    "an unchanged TOASTed column (__debezium_unavailable_value): FILL takes it from the event's before "
+    "image or an earlier event of the same key read by the same decoder (with Spark: the same input "
+    "partition of the same micro-batch), else REPORTs it: NULL, named in the unavailable-columns "
     "metadata; FAIL fails the record"
 )
 
@@ -104,11 +114,25 @@ METADATA = (
         "the whole source block, values as text",
     ),
     MetadataColumn("transaction.id", STRING, "the transaction id (transaction.id), when provided"),
-    MetadataColumn("op", STRING, "Debezium's operation code (c, r, u, d)"),
+    MetadataColumn("op", STRING, "Debezium's operation code (c, r, u, d; t, m on control events)"),
     MetadataColumn(
         "unavailable-columns",
         DataType(TypeKind.ARRAY, element=STRING),
         "columns whose value Debezium did not send and state could not fill (unchanged TOAST)",
+    ),
+    MetadataColumn(
+        "old-key",
+        STRING,
+        'on the create of a primary-key change: the old key as JSON text, e.g. {"id":2} (header '
+        "__debezium.oldkey); null otherwise",
+        reads_headers=True,
+    ),
+    MetadataColumn(
+        "new-key",
+        STRING,
+        "on the delete of a primary-key change: the new key as JSON text (header __debezium.newkey); "
+        "null otherwise",
+        reads_headers=True,
     ),
     MetadataColumn("schema", STRING, "the Kafka Connect schema block as JSON text (schema-include only)"),
     MetadataColumn("source.lsn", BIGINT, "PostgreSQL log sequence number (source.lsn)"),
@@ -140,8 +164,35 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else str(value)
 
 
+def header_key(headers: Headers, name: str) -> str | None:
+    """The key in Debezium's ``__debezium.oldkey`` / ``newkey`` header as compact JSON text of its
+    fields (the payload of Kafka Connect's ``{schema, payload}`` form), or None without the header."""
+    raw = next((value for key, value in reversed(headers) if key == name), None)
+    if raw is None:
+        return None
+    try:
+        key = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise FieldError(
+            f"headers.{name}",
+            "the header is not JSON text; set the Kafka Connect worker's header.converter to "
+            "org.apache.kafka.connect.json.JsonConverter or SimpleHeaderConverter (the default)",
+        ) from None
+    if isinstance(key, dict) and set(key) == {"schema", "payload"}:
+        key = key["payload"]
+    if not isinstance(key, dict):
+        raise FieldError(
+            f"headers.{name}", f"the header must hold the key's fields, got {type(key).__name__}"
+        )
+    return orjson.dumps(key).decode()
+
+
 def metadata_values(
-    keys: Sequence[str], payload: Mapping[str, Any], missing: list[str], schema_text: str | None
+    keys: Sequence[str],
+    payload: Mapping[str, Any],
+    missing: list[str],
+    schema_text: str | None,
+    headers: Headers = (),
 ) -> dict[str, Any]:
     source = payload.get("source")
     source = source if isinstance(source, Mapping) else {}
@@ -166,6 +217,8 @@ def metadata_values(
             value = _text(payload.get("op"))
         elif key == "unavailable-columns":
             value = list(missing)
+        elif key in KEY_HEADERS:
+            value = header_key(headers, KEY_HEADERS[key])
         elif key == "schema":
             value = schema_text
         elif key == "source.sequence":
@@ -298,34 +351,46 @@ def _hashable(value: Any) -> Hashable:
 
 
 def coerce_converter(convert: Converter, source: DataType, target: DataType, column: str) -> Converter:
-    """Decode with the message's own type, then cast to the declared one."""
-    if source.kind is target.kind and target.kind not in (TypeKind.DECIMAL, TypeKind.STRUCT):
+    """Decode with the message's own type (its decimal scale, its epoch unit), then convert the value
+    exactly to the declared type (:mod:`coerce`): a value that cannot be converted without change fails
+    its record; a pair of types with no exact conversion fails when the message schema is first read."""
+    if source == target or (source.kind is target.kind and target.kind not in _CHECKED_KINDS):
         return convert
-    if target.kind is TypeKind.STRING:
-        return lambda v: _as_text(convert(v))
-    numeric = {TypeKind.DECIMAL, TypeKind.FLOAT, TypeKind.DOUBLE} | INTEGER_KINDS
-    if source.kind in numeric and target.kind in numeric:
-        cast = converter(target)
-        return lambda v: cast(_plain_number(convert(v)))
-    if source.kind is target.kind:
-        cast = converter(target)
-        return lambda v: cast(convert(v))
-    raise FieldError(
-        f"schema.{column}",
-        f"the column is declared {target.ddl()} but the message schema says {source.ddl()}; declare a "
-        "compatible type or STRING",
-    )
+    cast = exact_cast(source, target, _as_text)
+    if cast is None:
+        raise FieldError(
+            f"schema.{column}",
+            f"the column is declared {target.ddl()} but the message schema says {source.ddl()}, and no "
+            f"conversion keeps every value exactly; declare it {_declare(source)}",
+        )
+
+    def coerced(value: Any) -> Any:
+        decoded = convert(value)
+        try:
+            return cast(decoded)
+        except FieldError as error:
+            raise FieldError(
+                error.field,
+                f"{error.reason}: the message schema says {source.ddl()} and the column is declared "
+                f"{target.ddl()}; declare it {_declare(source)}",
+            ) from None
+
+    return coerced
 
 
-def _plain_number(value: Any) -> Any:
-    return str(value) if isinstance(value, Decimal) else value
+_CHECKED_KINDS = (TypeKind.DECIMAL, TypeKind.ARRAY, TypeKind.MAP, TypeKind.STRUCT)
+
+
+def _declare(source: DataType) -> str:
+    """The declared type that holds every value of the message's type (a variable-scale decimal has no
+    fixed scale: its exact digits fit STRING)."""
+    if source.kind is TypeKind.DECIMAL and source.scale is None:
+        return "STRING (its exact digits) or a DECIMAL(p, s) wide enough for every value"
+    return f"{source.ddl()} (or STRING)"
 
 
 def _as_text(value: Any) -> str:
+    """A decoded value cast to STRING: temporal values as ISO text, bytes as base64 (nested too)."""
     if hasattr(value, "isoformat"):
         return value.isoformat()  # type: ignore[no-any-return]
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "replace")
-    if isinstance(value, Decimal):
-        return str(value)
-    return value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
+    return as_text(value)

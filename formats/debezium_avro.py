@@ -18,7 +18,7 @@ import io
 import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import fastavro
@@ -33,6 +33,7 @@ from cdcflow.formats.base import (
     FormatMetrics,
     Message,
     check_key_columns,
+    check_new_columns,
 )
 from cdcflow.formats.debezium import (
     CONTROL_OPS,
@@ -59,6 +60,7 @@ from cdcflow.formats.errors import (
 )
 from cdcflow.formats.jsonenc import IGNORE_PARSE_ERRORS
 from cdcflow.formats.options import Option, OptionSet, optional_string
+from cdcflow.formats.redact import redact, redacted_repr
 from cdcflow.formats.registry import FormatFactory
 from cdcflow.formats.types import Schema
 from cdcflow.formats.values import RowConverter
@@ -144,10 +146,24 @@ class DebeziumAvroConfig:
     unavailable: UnavailableHandling = UnavailableHandling.FILL
     key_columns: tuple[str, ...] = ()
     metadata: tuple[str, ...] = ()
+    fail_on_new_columns: bool = False
+    """The schema was inferred: a writer schema with more columns raises NewColumnsError."""
 
     @property
     def url(self) -> str | None:
         return dict(self.registry).get("url")
+
+    @property
+    def shown_url(self) -> str:
+        """The registry URL for messages: credentials in it replaced by ``***``."""
+        return redact(self.url or "", self.registry)
+
+    def redact(self, error: object) -> str:
+        """A registry client's error text, with the registry's credentials replaced by ``***``."""
+        return redact(str(error), self.registry)
+
+    def __repr__(self) -> str:
+        return redacted_repr(self)
 
     @classmethod
     def from_options(
@@ -211,7 +227,9 @@ def _check_client(registry: RegistryConfig) -> None:
     try:
         registry_client(registry)
     except (ValueError, TypeError) as error:
-        raise FormatOptionError(f"the Schema Registry options are not valid: {error}") from None
+        raise FormatOptionError(
+            f"the Schema Registry options are not valid: {redact(str(error), registry)}"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -262,6 +280,9 @@ class DebeziumAvroDecoder(Decoder):
     def __reduce__(self) -> tuple[Callable[..., DebeziumAvroDecoder], tuple[DebeziumAvroConfig]]:
         return type(self), (self.config,)
 
+    def failing_on_new_columns(self) -> DebeziumAvroDecoder:
+        return type(self)(replace(self.config, fail_on_new_columns=True))
+
     def decode_message(self, message: Message, metrics: FormatMetrics) -> Decoded:
         assert message.value is not None  # noqa: S101 - the base class skips tombstones
         schema_id = _header(message.value)
@@ -279,7 +300,8 @@ class DebeziumAvroDecoder(Decoder):
             raise FieldError("", "the writer schema is not a record: is this a Debezium Envelope?")
         op = payload.get("op")
         if op in CONTROL_OPS:
-            return ControlEvent(CONTROL_OPS[op], message, payload)
+            extra = metadata_values(self.config.metadata, payload, [], writer.text, message.headers)
+            return ControlEvent(CONTROL_OPS[op], message, payload, extra)
         if not isinstance(op, str):
             raise FieldError("op", "the operation code is missing or not a string; is this a Debezium event?")
         before = image(writer.rows, payload.get("before"), "before", "a record")
@@ -287,7 +309,7 @@ class DebeziumAvroDecoder(Decoder):
         key = self._builder.state_key(after if after is not None else before, message, self._key)
         changes, missing = self._builder.changes(op, before, after, key, metrics)
         if self.config.metadata:
-            extra = metadata_values(self.config.metadata, payload, missing, writer.text)
+            extra = metadata_values(self.config.metadata, payload, missing, writer.text, message.headers)
             for change in changes:
                 change.row.update(extra)
         return changes
@@ -320,17 +342,18 @@ class DebeziumAvroDecoder(Decoder):
         except SchemaRegistryError as error:
             if error.http_status_code == 404:
                 raise FieldError(
-                    "", f"schema id {schema_id} is not in the Schema Registry at {self.config.url}"
+                    "", f"schema id {schema_id} is not in the Schema Registry at {self.config.shown_url}"
                 ) from None
             raise FormatError(
-                f"{NAME}: the Schema Registry at {self.config.url} refused schema id {schema_id}: {error}. "
+                f"{NAME}: the Schema Registry at {self.config.shown_url} refused schema id {schema_id}: "
+                f"{self.config.redact(error)}. "
                 f"Check '{NAME}.url' and the credentials (basic-auth.user-info, bearer-auth.token)"
             ) from None
         except Exception as error:  # httpx's transport errors, by any name
             raise FormatError(
-                f"{NAME}: cannot reach the Schema Registry at {self.config.url} to fetch schema id "
-                f"{schema_id} ({type(error).__name__}: {error}). Check '{NAME}.url' and the network, or "
-                f"set '{NAME}.schema' to decode without the registry"
+                f"{NAME}: cannot reach the Schema Registry at {self.config.shown_url} to fetch schema id "
+                f"{schema_id} ({type(error).__name__}: {self.config.redact(error)}). Check '{NAME}.url' and "
+                f"the network, or set '{NAME}.schema' to decode without the registry"
             ) from None
         if (registered.schema_type or "AVRO") != "AVRO":
             raise FieldError("", f"schema id {schema_id} is a {registered.schema_type} schema, not Avro")
@@ -349,6 +372,8 @@ class DebeziumAvroDecoder(Decoder):
             self.schema = output_schema(physical, self.config.metadata)
             rows = RowConverter(physical, converters=converters, unavailable=is_unavailable)
         else:
+            if self.config.fail_on_new_columns:
+                check_new_columns(declared, physical)
             chosen = {}
             for column in declared:
                 if column.name in physical:
@@ -470,7 +495,8 @@ class DebeziumAvroEncoder(EnvelopeEncoder):
         except Exception as error:  # registry refusals and transport errors alike
             raise FormatError(
                 f"{NAME}: cannot register the writer schema under subject '{self.subject}' at the Schema "
-                f"Registry {self.config.url} ({type(error).__name__}: {error}). Check '{NAME}.url', the "
+                f"Registry {self.config.shown_url} ({type(error).__name__}: {self.config.redact(error)}). "
+                f"Check '{NAME}.url', the "
                 f"credentials and the subject's compatibility, or set '{NAME}.schema-id'"
             ) from None
         self._header = _header_bytes(schema_id)

@@ -8,7 +8,7 @@ is written back as ONE ``u`` event with ``before`` and ``after`` (Flink writes a
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -24,6 +24,7 @@ from cdcflow.formats.base import (
     FormatMetrics,
     Message,
     check_key_columns,
+    check_new_columns,
     connect_payload,
     parse_json,
 )
@@ -85,6 +86,8 @@ class DebeziumJsonConfig:
     map_null_key: MapNullKeyMode = MapNullKeyMode.FAIL
     map_null_key_literal: str = "null"
     ignore_null_fields: bool = False
+    fail_on_new_columns: bool = False
+    """The schema was inferred: a schema block with more columns raises NewColumnsError."""
 
     @classmethod
     def from_options(
@@ -137,6 +140,9 @@ class DebeziumJsonDecoder(Decoder):
     def __reduce__(self) -> tuple[Callable[..., DebeziumJsonDecoder], tuple[DebeziumJsonConfig]]:
         return type(self), (self.config,)
 
+    def failing_on_new_columns(self) -> DebeziumJsonDecoder:
+        return type(self)(replace(self.config, fail_on_new_columns=True))
+
     def decode_message(self, message: Message, metrics: FormatMetrics) -> Decoded:
         assert message.value is not None  # noqa: S101 - the base class skips tombstones
         return self._decode(parse_json(message.value), message, metrics)
@@ -149,7 +155,9 @@ class DebeziumJsonDecoder(Decoder):
         )
         op = payload.get("op")
         if op in CONTROL_OPS:
-            return ControlEvent(CONTROL_OPS[op], message, payload)
+            return ControlEvent(
+                CONTROL_OPS[op], message, payload, self._metadata(payload, [], schema_block, message)
+            )
         if not isinstance(op, str):
             raise FieldError("op", "the operation code is missing or not a string; is this a Debezium event?")
         rows = self._row_converter(schema_block)
@@ -161,11 +169,18 @@ class DebeziumJsonDecoder(Decoder):
         key = self._builder.state_key(after if after is not None else before, message, _state_key_fields)
         changes, missing = self._builder.changes(op, before, after, key, metrics)
         if self.config.metadata:
-            schema_text = orjson.dumps(schema_block).decode() if schema_block is not None else None
-            extra = metadata_values(self.config.metadata, payload, missing, schema_text)
+            extra = self._metadata(payload, missing, schema_block, message)
             for change in changes:
                 change.row.update(extra)
         return changes
+
+    def _metadata(
+        self, payload: Mapping[str, Any], missing: list[str], schema_block: Any, message: Message
+    ) -> dict[str, Any]:
+        if not self.config.metadata:
+            return {}
+        schema_text = orjson.dumps(schema_block).decode() if schema_block is not None else None
+        return metadata_values(self.config.metadata, payload, missing, schema_text, message.headers)
 
     def _row_converter(self, schema_block: Any) -> RowConverter:
         if schema_block is None:
@@ -192,6 +207,8 @@ class DebeziumJsonDecoder(Decoder):
             return RowConverter(
                 physical, converters=converters, unavailable=is_unavailable, enforce_not_null=False
             )
+        if self.config.fail_on_new_columns:
+            check_new_columns(declared, physical)
         raw_types = {f.get("field"): f.get("type") for f in value_schema.get("fields") or []}
         chosen = {}
         for column in declared:

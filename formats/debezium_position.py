@@ -3,12 +3,17 @@
 Debezium names the position differently for each connector; ``source.sequence`` turns it into one
 ARRAY<BIGINT> that orders the changes of one row the way the database committed them:
 
-- PostgreSQL: ``sequence`` (``["<last commit lsn>", "<lsn>"]``), else ``[lsn]``;
+- PostgreSQL: ``sequence`` (``["<last commit lsn>", "<lsn>"]``, a null part as 0), else ``[lsn]``;
 - MySQL / MariaDB: ``[binlog file number, pos, row]``;
-- SQL Server: the three parts of ``commit_lsn``, then of ``change_lsn``, then ``event_serial_no``;
-- Oracle: ``[commit_scn, scn]`` (``commit_scn`` when present).
+- SQL Server: the three parts of ``commit_lsn``, then of ``change_lsn`` (zeros on snapshot reads,
+  which have none, so every position has the same seven parts), then ``event_serial_no``;
+- Oracle: ``[commit_scn, scn]`` (``scn`` twice when there is no ``commit_scn``).
 
-Snapshot reads share one position, so ties keep their arrival order. Other connectors give null.
+A position orders the changes of one log: it restarts when the log does (MySQL ``RESET MASTER`` or
+a failover to a server with its own binlog files, a new PostgreSQL cluster, a restored or recreated
+SQL Server or Oracle database). The applier tells such a restart from a late change by the commit
+time (``source.timestamp``, ``restart_by``). Snapshot reads share one position, so ties keep their
+arrival order. Other connectors, and a source block without the fields, give null (never late).
 """
 
 from __future__ import annotations
@@ -40,8 +45,8 @@ def source_sequence(source: Mapping[str, Any]) -> list[int] | None:
 
 def _postgres(source: Mapping[str, Any]) -> list[int] | None:
     sequence = source.get("sequence")
-    if isinstance(sequence, str):
-        parts = orjson.loads(sequence)
+    if isinstance(sequence, str | list):
+        parts = orjson.loads(sequence) if isinstance(sequence, str) else sequence
         if isinstance(parts, list) and len(parts) == 2:
             return [int(part) if part is not None else 0 for part in parts]
     lsn = source.get("lsn")
@@ -60,10 +65,17 @@ def _sqlserver(source: Mapping[str, Any]) -> list[int] | None:
     commit, change = source.get("commit_lsn"), source.get("change_lsn")
     if not isinstance(commit, str):
         return None
-    parts = [int(part, 16) for part in commit.split(":")]
-    if isinstance(change, str):
-        parts += [int(part, 16) for part in change.split(":")]
+    parts = _lsn(commit)
+    parts += _lsn(change) if isinstance(change, str) else [0, 0, 0]
     return [*parts, int(source.get("event_serial_no") or 0)]
+
+
+def _lsn(text: str) -> list[int]:
+    """A SQL Server LSN (``00000025:00000d98:0002``) as its three numbers."""
+    parts = [int(part, 16) for part in text.split(":")]
+    if len(parts) != 3:
+        raise ValueError(f"not a SQL Server LSN: {text!r}")
+    return parts
 
 
 def _oracle(source: Mapping[str, Any]) -> list[int] | None:

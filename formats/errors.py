@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from cdcflow.core.errors import CdcflowError
+
+if TYPE_CHECKING:
+    from cdcflow.formats.types import Schema
 
 
 class FormatError(CdcflowError):
@@ -72,3 +77,18 @@ class DecodeError(FormatError, ValueError):
 
 class EncodeError(FormatError, ValueError):
     """A change cannot be written in the format's envelope."""
+
+
+class NewColumnsError(FormatError):
+    """A message's own schema (Connect schema block, Avro writer schema, Canal ``mysqlType``) has
+    columns that the decoder's columns, inferred from earlier messages, lack.
+
+    Not a decode error: the record is fine and is never dead-lettered; the reader's columns are too
+    narrow. ``columns`` holds the new columns (a :class:`~cdcflow.formats.types.Schema`), nullable.
+    """
+
+    def __init__(self, columns: Schema) -> None:
+        super().__init__(f"the message has columns the inferred columns lack: {columns.ddl()}")
+        self.columns = columns
+        self.origin = "a record"
+        """Where the message came from (topic, partition, offset or file:line), set by the decoder."""

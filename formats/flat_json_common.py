@@ -106,6 +106,9 @@ class FlatJsonConfig:
     table_include: re.Pattern[str] | None = None
     encode_database: str | None = None
     encode_table: str | None = None
+    fail_on_new_columns: bool = False
+    """The schema was inferred (Canal): a message whose ``mysqlType`` has more columns raises
+    NewColumnsError."""
 
     @classmethod
     def from_options(

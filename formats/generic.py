@@ -394,6 +394,10 @@ class GenericEncoder(Encoder):
     def flush(self) -> list[Encoded]:
         return [self._serialise(envelope) for envelope in self._engine.flush()]
 
+    @property
+    def pairs_updates(self) -> bool:
+        return self._mapping.combines_updates
+
     def _serialise(self, envelope: dict[str, Any]) -> Encoded:
         op_field = self.config.op_field
         code = envelope[op_field]

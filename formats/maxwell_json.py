@@ -39,6 +39,7 @@ from cdcflow.formats.flat_json_common import (
     epoch_millis,
     json_options,
     key_bytes,
+    read_metadata,
     target_options,
 )
 from cdcflow.formats.types import STRING, TIMESTAMP_LTZ_MILLIS, DataType, TypeKind
@@ -87,9 +88,13 @@ class MaxwellJsonDecoder(FlatJsonDecoder):
         envelope = parse_json_object(message.value, "a Maxwell message")
         kind = envelope.get("type")
         if isinstance(kind, str) and kind.startswith(DDL_PREFIXES):
-            return ControlEvent("schema-change", message, envelope)
+            return ControlEvent(
+                "schema-change", message, envelope, read_metadata(self.config.metadata, SOURCES, envelope)
+            )
         if kind in BOOTSTRAP_MARKERS:
-            return ControlEvent("bootstrap", message, envelope)
+            return ControlEvent(
+                "bootstrap", message, envelope, read_metadata(self.config.metadata, SOURCES, envelope)
+            )
         row_kind = ROW_TYPES.get(kind) if isinstance(kind, str) else None
         if row_kind is None:
             raise FieldError(

@@ -35,6 +35,7 @@ from cdcflow.formats.flat_json_common import (
     add_metadata,
     json_options,
     key_bytes,
+    read_metadata,
     target_options,
 )
 from cdcflow.formats.types import STRING, DataType, TypeKind, atomic
@@ -73,7 +74,9 @@ class OggJsonDecoder(FlatJsonDecoder):
         envelope = parse_json_object(message.value, "a GoldenGate message")
         op = envelope.get("op_type")
         if op == "T":
-            return ControlEvent("truncate", message, envelope)
+            return ControlEvent(
+                "truncate", message, envelope, read_metadata(self.config.metadata, SOURCES, envelope)
+            )
         if op not in ("I", "U", "D"):
             raise FieldError("op_type", f"unknown GoldenGate op_type {op!r}: expected I, U, D or T")
         before, after = envelope.get("before"), envelope.get("after")

@@ -14,6 +14,7 @@ from enum import Enum
 from typing import Any, Generic, TypeVar
 
 from cdcflow.formats.errors import FormatOptionError
+from cdcflow.formats.redact import redact
 
 T = TypeVar("T")
 E = TypeVar("E", bound=Enum)
@@ -108,7 +109,8 @@ class OptionSet:
                 values[key] = option.parse(str(text))
             except ValueError as error:
                 raise FormatOptionError(
-                    f"option '{self.prefix}.{key}': {error}. {option.describe(self.prefix)}"
+                    f"option '{self.prefix}.{key}': {redact(str(error), [(key, text)])}. "
+                    f"{option.describe(self.prefix)}"
                 ) from None
         if unknown:
             raise FormatOptionError(

@@ -10,7 +10,8 @@ What each type accepts (a superset of Flink's JSON format, which only reads text
 - TIME / TIMESTAMP_NTZ / TIMESTAMP_LTZ: ISO strings (``T`` or space), or integers since midnight /
   the epoch in the unit the declared precision implies (≤3 ms, ≤6 µs, else ns). LTZ values carry UTC.
 - BINARY: base64 strings (Kafka Connect's JSON converter). STRING: text; other JSON is kept as its
-  JSON text. ARRAY / MAP / STRUCT: recursively.
+  JSON text; bytes (Avro, or a Connect ``bytes`` field) as base64 text, also inside a struct kept as
+  JSON text, as Flink keeps them: never decoded lossily. ARRAY / MAP / STRUCT: recursively.
 
 Python keeps microseconds: nanosecond digits are truncated.
 """
@@ -182,12 +183,40 @@ def _decimal(precision: int | None, scale: int | None) -> Converter:
 def _string(value: Any) -> str:
     if value.__class__ is str:
         return value
-    if isinstance(value, dict) and value.keys() == {"scale", "value"}:
+    if isinstance(value, dict) and value.keys() == {"scale", "value"} and isinstance(value["value"], str):
         # Debezium's VariableScaleDecimal (an unconstrained numeric) read as text: its exact digits.
         return str(variable_scale_decimal(value))
+    return as_text(value)
+
+
+def as_text(value: Any) -> str:
+    """A value kept in a STRING column, losslessly: bytes as base64 (the text Kafka Connect's JSON
+    converter writes, which Flink keeps), decimals as their digits, anything else as JSON text
+    (:func:`json_text`)."""
+    if value.__class__ is str:
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(value).decode("ascii")
     if isinstance(value, Decimal):
         return str(value)
-    return orjson.dumps(value).decode()
+    return json_text(value)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, Decimal):
+        return orjson.Fragment(str(value))
+    raise TypeError(type(value).__name__)
+
+
+def json_text(value: Any) -> str:
+    """A value as compact JSON text: nested bytes as base64 strings, decimals as exact numbers,
+    temporal values as ISO text; never a Python repr (an unknown type is a :class:`FieldError`)."""
+    try:
+        return orjson.dumps(value, default=_json_default).decode()
+    except orjson.JSONEncodeError:
+        raise _fail(value, "a value that can be written as JSON text") from None
 
 
 def _binary(value: Any) -> bytes:

@@ -17,6 +17,13 @@ run ``initdb`` itself. It writes, under ``tests/formats/recorded/postgres/`` nex
 
 One scenario runs once against one cluster while three embedded engines (one replication slot
 each) capture it, so the recorded DML (and txIds/LSNs) is identical in every recording.
+
+With ``--workload [--seed N]`` it records the seeded random workload of ``postgres_workload.py``
+instead (5k+ statements, two tables, TOAST, primary-key changes, TRUNCATE) as gzip'd Kafka topic
+dumps under ``tests/connectors/lakehouse/recorded/`` (see the README there)::
+
+    cd /tmp && /tmp/dbzvenv/bin/pip install "psycopg[binary]" && \
+        /tmp/dbzvenv/bin/python /work/main/scripts/record_postgres_debezium.py --workload
 """
 
 # SQL is assembled from constants of this script and runs against a throwaway local cluster.
@@ -597,6 +604,14 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    rc = main()
+    if "--workload" in sys.argv[1:]:
+        # The seeded workload recording (scripts/postgres_workload.py), for the lakehouse tests.
+        import postgres_workload
+
+        args = sys.argv[1:]
+        seed = int(args[args.index("--seed") + 1]) if "--seed" in args else postgres_workload.DEFAULT_SEED
+        rc = postgres_workload.main(seed)
+    else:
+        rc = main()
     sys.stdout.flush()
     os._exit(rc)  # the embedded JVM keeps non-daemon threads; do not wait for them

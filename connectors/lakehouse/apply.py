@@ -5,7 +5,11 @@ not applied. Of several changes to one key the last wins: by ``sequence_by`` whe
 arrival. The whole batch is ONE delta-rs merge whose commit records ``(app_id, batch_id)`` as a Delta
 application transaction, so a batch replayed after a crash finds its id and is skipped.
 
-Two optional behaviours keep per-key state (a Delta table at ``state_path``, see ``key_state``):
+Columns a change lacks (unchanged TOAST) keep the key's previous value and a primary-key change
+carries the old row to the new key (see ``unavailable``); a TRUNCATE empties the table in the batch's
+commit (see ``control``); a column absent from the batch keeps the table's value on update.
+
+Optional behaviours keep per-key state (a Delta table at ``state_path``, see ``key_state``):
 
 - ``sequence_by``: a change older than the key's last applied sequence is late and ignored (counted);
   a delete leaves a tombstone for ``delete_retention`` so a late insert cannot resurrect the row;
@@ -15,6 +19,7 @@ Two optional behaviours keep per-key state (a Delta table at ``state_path``, see
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import time
@@ -29,8 +34,9 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from cdcflow.connectors.errors import ConnectorOptionError
-from cdcflow.connectors.lakehouse import key_state
+from cdcflow.connectors.lakehouse import key_state, restarts, unavailable
 from cdcflow.connectors.lakehouse.changes import (
+    EPOCH,
     IDX,
     SEQ,
     ChangeBatch,
@@ -39,9 +45,26 @@ from cdcflow.connectors.lakehouse.changes import (
     prepare,
     sequence_order,
 )
-from cdcflow.connectors.lakehouse.delta_io import OP, applied_version, merge_marked, open_table
+from cdcflow.connectors.lakehouse.control import (
+    FLOOR,
+    Floor,
+    OnTruncate,
+    Truncation,
+    decide,
+    split_controls,
+)
+from cdcflow.connectors.lakehouse.delta_io import (
+    OP,
+    applied_version,
+    local_filesystem,
+    merge_marked,
+    open_table,
+    rows_of_keys,
+    table_before,
+)
 from cdcflow.connectors.lakehouse.delta_schema import create_table, to_delta_columns
-from cdcflow.connectors.lakehouse.key_state import DELETED_AT, SLOT, STATE_SEQ, UPDATED_AT
+from cdcflow.connectors.lakehouse.key_state import DELETED_AT, SLOT, STATE_RESTART, STATE_SEQ, UPDATED_AT
+from cdcflow.connectors.lakehouse.unavailable import INTERNAL, UNAVAILABLE, Filled, Links
 from cdcflow.core import Change, RowKind
 from cdcflow.core.materialize import UpsertMaterializer
 
@@ -80,6 +103,19 @@ class ApplyOptions:
     """Columns of the changelog kept out of the table (ordering helpers, metadata)."""
     delete_retention: timedelta = timedelta(days=7)
     state_ttl: timedelta | None = None
+    restart_by: str | None = None
+    """A column rising across restarts of the sequence's log position (the commit timestamp): a change
+    with a lower sequence but a newer ``restart_by`` than its key's last change is applied, not late."""
+    unavailable_column: str | None = None
+    """A ``list<string>`` column naming the columns a change has no value for (unchanged TOAST)."""
+    old_key_column: str | None = None
+    """JSON of the old key on the create of a primary-key change: its unavailable columns take that
+    key's values."""
+    new_key_column: str | None = None
+    """JSON of the new key on the delete of a primary-key change: the old row is kept for the create."""
+    control_column: str | None = None
+    """Set on control events (``truncate``, ``message``, ...): such rows are not changes."""
+    on_truncate: OnTruncate = OnTruncate.APPLY
 
     def __post_init__(self) -> None:
         if not self.key:
@@ -89,6 +125,16 @@ class ApplyOptions:
             raise ConnectorOptionError(f"key columns cannot be excluded from the table: {sorted(clash)}")
         if self.delete_retention <= timedelta(0):
             raise ConnectorOptionError("delete_retention must be positive")
+        aside = set(self.key) & {*self.links.columns, self.control_column}
+        if aside:
+            raise ConnectorOptionError(
+                f"key columns cannot be the unavailable, old/new key or control columns: {sorted(aside)}"
+            )
+        if self.restart_by is not None and self.sequence_by in (None, self.restart_by):
+            raise ConnectorOptionError(
+                "restart_by tells a restarted sequence from a late change: give it with sequence_by, "
+                "naming another column (e.g. sequence_by='source_sequence', restart_by='source_timestamp')"
+            )
 
     @property
     def materializes(self) -> bool:
@@ -97,8 +143,17 @@ class ApplyOptions:
         return self.materialize is Materialize.FORCE
 
     @property
+    def links(self) -> Links:
+        return Links(self.unavailable_column, self.old_key_column, self.new_key_column)
+
+    @property
     def stateful(self) -> bool:
-        return self.materializes or self.sequence_by is not None
+        return (
+            self.materializes
+            or self.sequence_by is not None
+            or self.old_key_column is not None
+            or self.new_key_column is not None
+        )
 
 
 @dataclass
@@ -111,7 +166,13 @@ class BatchApplied:
     upserts: int = 0
     deletes: int = 0
     late: int = 0
+    restarts: int = 0
     unmatched_retractions: int = 0
+    unavailable_unfilled: int = 0
+    """Changes that landed with an unavailable column NULL: no earlier value of their key anywhere."""
+    truncates: int = 0
+    control_events: int = 0
+    """Control events other than TRUNCATE (messages, schema changes), skipped."""
     table_version: int | None = None
     seconds: float = 0.0
 
@@ -130,8 +191,9 @@ class DeltaChangeApplier:
     ) -> None:
         if options.stateful and not state_path:
             raise ConnectorOptionError(
-                "sequence_by and upsert materialization keep state per key: pass state_path (the ingest "
-                "job keeps it in its checkpoint directory)"
+                "sequence_by, upsert materialization and primary-key links (old_key_column, "
+                "new_key_column) keep state per key: pass state_path (the ingest job keeps it in its "
+                "checkpoint directory)"
             )
         self.target = target
         self.options = options
@@ -168,79 +230,297 @@ class DeltaChangeApplier:
             result.skipped = True
             return result
         options = self.options
-        batch = prepare(
-            table, batch_id, options.key, options.row_kind_column, options.sequence_by, options.exclude
-        )
         now = key_state.utc_now(self.clock())
+        batch, truncation, floor_late = self._changes(table, batch_id, state, now, result)
+        # The state rows of the batch's keys, read once (a truncate empties the keys claims wait for).
+        known = self._state_rows(state, batch.data, now) if state is not None else None
+        claims = unavailable.open_claims(known) if truncation is None else None
+        filling = unavailable.needs_filling(batch, options.links, options.key, claims) is not None
+        # A replay whose target commit landed reads the target as the first run did: before that commit.
+        reads = target
+        if target_done and target is not None and filling:
+            reads = table_before(self.target, target, self.app_id, batch_id)
+        late, epoch = self._late(batch, known) if filling and options.sequence_by else (None, None)
+        filled = unavailable.fill(
+            batch,
+            options.key,
+            options.links,
+            lambda keys: rows_of_keys(reads, self.target, options.key, keys) if reads is not None else None,
+            lambda keys: self._state_rows(state, keys, now),
+            now,
+            claims=claims,
+            late=late,
+            epoch=epoch,
+            truncated=truncation is not None,
+        )
+        batch = filled.batch
         if options.materializes:
-            winners, state_rows = self._materialize(batch, state, now, result)
+            # After a truncate no row is live: the state's rows of the batch's keys are not used.
+            live = None if truncation is not None else known
+            winners, state_rows = self._materialize(batch, live, now, result)
         elif options.sequence_by is not None:
             check_update_pairs(batch, options.key)
-            winners, state_rows = self._sequence(batch, state, now, result)
+            winners, state_rows = self._sequence(batch, known, now, result)
         else:
             check_update_pairs(batch, options.key)
             winners, state_rows = last_per_key(batch, options.key), None
+        result.late += floor_late
         ops = np.asarray(winners.column(OP).to_numpy(zero_copy_only=False), dtype=object)
         result.upserts, result.deletes = int((ops == "U").sum()), int((ops == "D").sum())
-        if not target_done and winners.num_rows:
-            result.table_version = self._merge(target, winners, batch_id)
-        if state_rows is not None and state_rows.num_rows and self.state_path:
-            key_state.save(
-                self.state_path,
-                state,
-                state_rows,
-                options.key,
-                self.app_id,
-                batch_id,
-                now,
-                options.delete_retention,
-                options.state_ttl,
-            )
+        marks = self._unavailable_marks(batch, winners, filled)
+        if not target_done:
+            result.unavailable_unfilled = self._report_unfilled(batch, winners, filled, marks, target)
+            winners, marks = _with_patches(winners, marks, filled.patches, list(options.key))
+            if winners.num_rows or (truncation is not None and target is not None):
+                kept = self._kept_after(state, truncation, winners)
+                result.table_version = self._merge(target, winners, batch_id, marks, truncation, kept)
+        self._save_state(state, _combine(state_rows, filled.state), batch, truncation, batch_id, now)
         result.seconds = time.perf_counter() - started
         return result
 
-    def _merge(self, target: DeltaTable | None, winners: pa.Table, batch_id: int) -> int:
+    def _changes(
+        self, table: pa.Table, batch_id: int, state: DeltaTable | None, now: datetime, result: BatchApplied
+    ) -> tuple[ChangeBatch, Truncation | None, int]:
+        """The batch's changes that still count: after its TRUNCATE, and after an earlier batch's."""
+        options = self.options
+        table, controls = split_controls(
+            table, options.control_column, options.sequence_by, options.restart_by, batch_id
+        )
+        batch = prepare(
+            table,
+            batch_id,
+            options.key,
+            options.row_kind_column,
+            options.sequence_by,
+            (*options.exclude, *([options.control_column] if options.control_column else [])),
+            restart_by=options.restart_by,
+            extra=options.links.columns,
+        )
+        control = decide(controls, options.on_truncate)
+        result.changes, result.truncates = batch.num_rows, control.truncates
+        result.control_events = control.others
+        truncation = control.truncation
+        if truncation is not None:
+            batch = batch.keep(~truncation.void(batch))
+        floor = Floor.of(state, now, options.delete_retention) if options.sequence_by else None
+        late = floor.late(batch) if floor is not None else None
+        if late is None or not late.any():
+            return batch, truncation, 0
+        log.warning(
+            "batch %d: %d change(s) happened before a TRUNCATE applied in an earlier batch; ignored as late",
+            batch_id,
+            int(late.sum()),
+        )
+        return batch.keep(~late), truncation, int(late.sum())
+
+    def _kept_after(
+        self, state: DeltaTable | None, truncation: Truncation | None, winners: pa.Table
+    ) -> pa.Table | None:
+        """Under ``sequence_by``, the keys an earlier batch changed after this batch's TRUNCATE (input
+        partitions reach a batch at different positions): the truncate keeps their rows."""
+        if truncation is None or truncation.sequence is None or state is None or not self.state_path:
+            return None
+        key = list(self.options.key)
+        rows = state.to_pyarrow_dataset(filesystem=local_filesystem(self.state_path)).to_table(
+            filter=(pc.field(SLOT) == -1) & pc.field(DELETED_AT).is_null()
+        )
+        binary = pa.large_binary()
+        sequence = pa.scalar(truncation.sequence, binary)
+        newer = pc.fill_null(pc.greater(rows.column(STATE_SEQ).cast(binary), sequence), False)
+        if truncation.restart is not None and STATE_RESTART in rows.schema.names:
+            restart = pa.scalar(truncation.restart, binary)
+            restarted = pc.greater(rows.column(STATE_RESTART).cast(binary), restart)
+            newer = pc.or_(newer, pc.fill_null(restarted, False))
+        rows = rows.filter(newer)
+        if not rows.num_rows:
+            return None
+        types = winners.select(key).schema
+        kept = pa.table({c: rows.column(c).cast(types.field(c).type) for c in key})
+        return kept.filter(pc.invert(_row_in(kept, winners, key)))
+
+    def _save_state(
+        self,
+        state: DeltaTable | None,
+        rows: pa.Table | None,
+        batch: ChangeBatch,
+        truncation: Truncation | None,
+        batch_id: int,
+        now: datetime,
+    ) -> None:
+        """Commits the batch's key state (after the target: its application transaction means done)."""
+        options = self.options
+        if not self.state_path or (rows is None or not rows.num_rows) and truncation is None:
+            return
+        key_fields = [batch.data.schema.field(c) for c in options.key]
+        if truncation is not None and truncation.sequence is not None and options.sequence_by:
+            floor = Floor(truncation.sequence, truncation.restart, now)
+            state = key_state.set_property(self.state_path, state, key_fields, FLOOR, floor.to_json())
+        if state is None and (rows is None or not rows.num_rows):
+            return
+        key_state.save(
+            self.state_path,
+            state,
+            rows if rows is not None and rows.num_rows else key_state.no_rows(key_fields),
+            options.key,
+            self.app_id,
+            batch_id,
+            now,
+            options.delete_retention,
+            options.state_ttl,
+            truncated=truncation is not None,
+        )
+
+    def _late(
+        self, batch: ChangeBatch, known: pa.Table | None
+    ) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """Which changes are late (older than their key's applied sequence), and the keys' epochs."""
+        sequences = None
+        if known is not None:
+            sequences = known.filter(pc.equal(known.column(SLOT), -1)).select(
+                [*self.options.key, STATE_SEQ, STATE_RESTART]
+            )
+        epochs = restarts.epochs(batch, self.options.key, sequences)
+        late = self._late_mask(batch, sequences, epochs) if sequences is not None else None
+        return (late if late is not None and late.any() else None), (epochs.epoch if epochs.any() else None)
+
+    def _state_rows(self, state: DeltaTable | None, keys: pa.Table, now: datetime) -> pa.Table | None:
+        options = self.options
+        if not self.state_path:
+            return None
+        return key_state.load(
+            self.state_path, state, options.key, keys, now, options.delete_retention, options.state_ttl
+        )
+
+    def _unavailable_marks(self, batch: ChangeBatch, winners: pa.Table, filled: Filled) -> pa.Array | None:
+        """Per winner: the columns its target row keeps (upserts of changes that lacked them)."""
+        if filled.pending is None or not winners.num_rows:
+            return None
+        at = np.asarray(winners.column(IDX), dtype=np.int64)
+        own = np.isin(batch.kinds[at], ("+I", "+U")) & (
+            np.asarray(winners.column(OP).to_numpy(zero_copy_only=False), dtype=object) == "U"
+        )
+        marks = filled.pending.take(pa.array(at))
+        marks = pc.if_else(pa.array(own), marks, pa.scalar(None, marks.type))
+        return marks if marks.null_count < len(marks) else None
+
+    def _report_unfilled(
+        self,
+        batch: ChangeBatch,
+        winners: pa.Table,
+        filled: Filled,
+        marks: pa.Array | None,
+        target: DeltaTable | None,
+    ) -> int:
+        """Counts and logs the winners that land with an unavailable column NULL (nothing to keep)."""
+        if not filled.unfilled and marks is None:
+            return 0
+        at = np.asarray(winners.column(IDX), dtype=np.int64)
+        upserts = np.asarray(winners.column(OP).to_numpy(zero_copy_only=False), dtype=object) == "U"
+        lost: dict[int, list[str]] = {
+            int(i): filled.unfilled[int(i)] for i in at[upserts] if int(i) in filled.unfilled
+        }
+        if marks is not None:
+            key = list(self.options.key)
+            marked = np.asarray(pc.is_valid(marks), dtype=bool)
+            wanted = winners.select(key).filter(pa.array(marked))
+            present = (
+                rows_of_keys(target, self.target, key, wanted, columns=key)
+                if target is not None
+                else wanted.slice(0, 0)
+            )
+            absent = np.asarray(pc.invert(_row_in(wanted, present, key)), dtype=bool)
+            missing = marks.filter(pa.array(marked)).filter(pa.array(absent)).to_pylist()
+            for i, columns in zip(at[marked][absent].tolist(), missing, strict=True):
+                lost.setdefault(int(i), []).extend(columns or ())
+        if lost:
+            shown = [f"{batch.where(i)} ({', '.join(columns)})" for i, columns in list(lost.items())[:5]]
+            log.warning(
+                "batch %d: %d change(s) lack a value the source did not send (unchanged TOAST) and their "
+                "key has no earlier value in the batch, the table or the key state; the column(s) land "
+                "NULL: %s%s",
+                batch.batch_id,
+                len(lost),
+                "; ".join(shown),
+                ", ..." if len(lost) > len(shown) else "",
+            )
+        return len(lost)
+
+    def _merge(
+        self,
+        target: DeltaTable | None,
+        winners: pa.Table,
+        batch_id: int,
+        marks: pa.Array | None = None,
+        truncation: Truncation | None = None,
+        kept: pa.Table | None = None,
+    ) -> int:
         key = self.options.key
         data = to_delta_columns(
-            winners.drop_columns([c for c in (IDX, SEQ, OP) if c in winners.schema.names])
+            winners.drop_columns([c for c in winners.schema.names if c.startswith(INTERNAL)])
         )
         if target is None:
             target = create_table(self.target, data.schema, key)
         source = data.append_column(OP, winners.column(OP))
-        return merge_marked(target, self.target, source, key, self.app_id, batch_id)
+        if marks is not None:
+            source = source.append_column(UNAVAILABLE, marks)
+        if kept is not None and kept.num_rows:  # named by the source (so not truncated), not written
+            marked = kept.append_column(OP, pa.array(["K"] * kept.num_rows, pa.string()))
+            source = pa.concat_tables([source, marked], promote_options="permissive")
+        return merge_marked(
+            target,
+            self.target,
+            source,
+            key,
+            self.app_id,
+            batch_id,
+            delete_unmatched="TRUE" if truncation is not None else None,
+            unavailable=UNAVAILABLE if marks is not None else None,
+        )
 
     def _sequence(
-        self, batch: ChangeBatch, state: DeltaTable | None, now: datetime, result: BatchApplied
+        self, batch: ChangeBatch, known: pa.Table | None, now: datetime, result: BatchApplied
     ) -> tuple[pa.Table, pa.Table]:
+        """The batch's winners by sequence, given ``known`` (the state rows of its keys)."""
         options = self.options
         key = list(options.key)
-        winners = last_per_key(batch, key)
-        known = key_state.load(
-            str(self.state_path), state, key, winners, now, options.delete_retention, options.state_ttl
+        if known is not None:
+            known = known.filter(pc.equal(known.column(SLOT), -1)).select([*key, STATE_SEQ, STATE_RESTART])
+        epochs = self._epochs(batch, known, result)
+        winners = last_per_key(
+            dataclasses.replace(batch, data=batch.data.append_column(EPOCH, pa.array(epochs.epoch)))
+            if epochs.any()
+            else batch,
+            key,
         )
+        restarted = pa.array(epochs.epoch[np.asarray(winners.column(IDX), dtype=np.int64)] > 0)
+        winners = winners.drop_columns([c for c in (EPOCH,) if c in winners.schema.names])
+        restart = self._restart_values(batch, winners)
         if known is not None and known.num_rows:
-            known = known.filter(pc.equal(known.column(SLOT), -1)).select([*key, STATE_SEQ])
             # Join on the keys alone: Arrow joins refuse nested payload columns.
             probe = winners.select(key).append_column(POS, pa.array(np.arange(winners.num_rows)))
             joined = probe.join(known, key, join_type="left outer", use_threads=False).sort_by(POS)
             known_seq = joined.column(STATE_SEQ)
-            late = pc.fill_null(pc.less(winners.column(SEQ), known_seq), False)
-            result.late = self._count_late(batch, known)
+            late = pc.and_(pc.fill_null(pc.less(winners.column(SEQ), known_seq), False), pc.invert(restarted))
+            result.late = self._count_late(batch, known, epochs)
             if result.late:
                 log.warning(
                     "batch %d: %d late changes ignored (older than the key's sequence)",
                     batch.batch_id,
                     result.late,
                 )
+            sequenced = pc.is_valid(winners.column(SEQ))
+            restart = pc.if_else(sequenced, restart, joined.column(STATE_RESTART).cast(pa.large_binary()))
             merged = pc.coalesce(winners.column(SEQ), known_seq)
             winners = winners.set_column(winners.schema.get_field_index(SEQ), SEQ, merged)
-            winners = winners.filter(pc.invert(late))
+            winners, restart = winners.filter(pc.invert(late)), restart.filter(pc.invert(late))
         deleted = pc.equal(winners.column(OP), "D")
+        restart_state = {STATE_RESTART: restart} if options.restart_by else {}
         state_rows = pa.table(
             {
                 **{name: winners.column(name) for name in key},
                 SLOT: pa.array(np.full(winners.num_rows, -1, dtype=np.int32)),
                 STATE_SEQ: winners.column(SEQ),
+                **restart_state,
                 DELETED_AT: pc.if_else(deleted, key_state.stamp(now), pa.scalar(None, key_state.TIMESTAMP)),
                 UPDATED_AT: pa.array([now] * winners.num_rows, key_state.TIMESTAMP),
                 OP: pa.array(["U"] * winners.num_rows),
@@ -248,30 +528,69 @@ class DeltaChangeApplier:
         )
         return winners, state_rows
 
-    def _count_late(self, batch: ChangeBatch, known: pa.Table) -> int:
+    def _count_late(self, batch: ChangeBatch, known: pa.Table, epochs: restarts.Epochs) -> int:
+        return int(self._late_mask(batch, known, epochs).sum())
+
+    def _late_mask(self, batch: ChangeBatch, known: pa.Table, epochs: restarts.Epochs) -> np.ndarray:
+        """Changes older than their key's known sequence, before any restart of the key's position."""
         key = list(self.options.key)
-        rows = batch.data.select([*key, SEQ]).join(known, key, join_type="inner", use_threads=False)
-        return int(
-            pc.sum(pc.fill_null(pc.less(rows.column(SEQ), rows.column(STATE_SEQ)), False)).as_py() or 0
+        rows = batch.data.select([*key, SEQ, IDX]).join(
+            known.select([*key, STATE_SEQ]), key, join_type="inner", use_threads=False
         )
+        older = np.asarray(pc.fill_null(pc.less(rows.column(SEQ), rows.column(STATE_SEQ)), False), dtype=bool)
+        at = np.asarray(rows.column(IDX), dtype=np.int64)
+        late = np.zeros(batch.num_rows, dtype=bool)
+        late[at[older & (epochs.epoch[at] == 0)]] = True
+        return late
+
+    def _epochs(self, batch: ChangeBatch, known: pa.Table | None, result: BatchApplied) -> restarts.Epochs:
+        """The restarts of each key's log position in ``batch`` (counted and logged in ``result``)."""
+        epochs = restarts.epochs(batch, self.options.key, known)
+        result.restarts = len(epochs.restarts)
+        if epochs.restarts:
+            key = self.options.key
+            shown = [
+                f"{batch.where(at)} (key {', '.join(str(batch.data.column(c)[at].as_py()) for c in key)})"
+                for at in epochs.restarts[:5]
+            ]
+            log.warning(
+                "batch %d: %d change(s) have a lower %s than their key's last change but a newer %s: the "
+                "source's log position restarted (failover, RESET MASTER, new cluster); applied as newer: "
+                "%s%s",
+                batch.batch_id,
+                len(epochs.restarts),
+                self.options.sequence_by,
+                self.options.restart_by,
+                "; ".join(shown),
+                ", ..." if len(epochs.restarts) > len(shown) else "",
+            )
+        return epochs
+
+    @staticmethod
+    def _restart_values(batch: ChangeBatch, rows: pa.Table) -> pa.Array:
+        if batch.restart is None:
+            return pa.nulls(rows.num_rows, pa.large_binary())
+        return batch.restart.take(rows.column(IDX).combine_chunks())
 
     def _materialize(
-        self, batch: ChangeBatch, state: DeltaTable | None, now: datetime, result: BatchApplied
+        self, batch: ChangeBatch, known: pa.Table | None, now: datetime, result: BatchApplied
     ) -> tuple[pa.Table, pa.Table]:
+        """The batch's live rows per key, given ``known`` (the state rows of its keys)."""
         options = self.options
         key = list(options.key)
         data_columns = [n for n in batch.data.schema.names if n not in (IDX, SEQ)]
-        known = key_state.load(
-            str(self.state_path), state, key, batch.data, now, options.delete_retention, options.state_ttl
-        )
+        if known is not None:  # primary-key carries (slots below -1) are not live rows
+            known = known.filter(pc.greater_equal(known.column(SLOT), -1))
         live: dict[tuple[Any, ...], list[tuple[int, dict[str, Any]]]] = {}
         sequences: dict[tuple[Any, ...], bytes | None] = {}
+        restart_values: dict[tuple[Any, ...], bytes | None] = {}
         slots_before: dict[tuple[Any, ...], set[int]] = {}
         for row in known.to_pylist() if known is not None else []:
             k = tuple(row[c] for c in key)
             slots_before.setdefault(k, set()).add(row[SLOT])
             if row[SLOT] == -1:
                 sequences[k] = row[STATE_SEQ]
+                restart_values[k] = row.get(STATE_RESTART)
             else:
                 live.setdefault(k, []).append((row[SLOT], {c: row.get(c) for c in data_columns}))
         ordered = {k: [r for _, r in sorted(slots, key=lambda p: p[0])] for k, slots in live.items()}
@@ -285,20 +604,32 @@ class DeltaChangeApplier:
             ),
         )
         order = np.arange(batch.num_rows)
+        epochs = self._epochs(
+            batch, known.filter(pc.equal(known.column(SLOT), -1)) if known is not None else None, result
+        )
         if SEQ in batch.data.schema.names:
-            order = np.asarray(sequence_order(batch.data))
+            order = np.asarray(
+                sequence_order(batch.data.append_column(EPOCH, pa.array(epochs.epoch)))
+                if epochs.any()
+                else sequence_order(batch.data)
+            )
         rows = batch.data.to_pylist()
+        restart_of = batch.restart.to_pylist() if batch.restart is not None else [None] * batch.num_rows
+        epoch_seen: dict[tuple[Any, ...], int] = {}
         outcome: dict[tuple[Any, ...], tuple[str, dict[str, Any]]] = {}
         touched: dict[tuple[Any, ...], None] = {}
         for index in order:
             row = rows[index]
             k = tuple(row[c] for c in key)
             seq = row.get(SEQ)
+            if epochs.epoch[index] > epoch_seen.get(k, 0):
+                # The key's log position restarted: this epoch's sequences start afresh.
+                epoch_seen[k], sequences[k] = int(epochs.epoch[index]), None
             if seq is not None and sequences.get(k) is not None and seq < sequences[k]:
                 result.late += 1
                 continue
             if seq is not None:
-                sequences[k] = seq
+                sequences[k], restart_values[k] = seq, restart_of[index]
             touched[k] = None
             change = Change(RowKind.from_short_string(batch.kinds[index]), {c: row[c] for c in data_columns})
             ordered[k], emitted = materializer.apply(ordered.get(k, []), change)
@@ -316,7 +647,7 @@ class DeltaChangeApplier:
             pa.array(np.argsort([row[IDX] for _, row in outcome.values()], kind="stable").astype(np.int64))
         )
         state_rows = self._materialized_state(
-            touched, ordered, sequences, slots_before, schema, data_columns, now
+            touched, ordered, sequences, slots_before, schema, data_columns, now, restart_values
         )
         return winners, state_rows
 
@@ -329,8 +660,10 @@ class DeltaChangeApplier:
         schema: pa.Schema,
         data_columns: list[str],
         now: datetime,
+        restart_values: dict[tuple[Any, ...], bytes | None],
     ) -> pa.Table:
         key = list(self.options.key)
+        restart_by = self.options.restart_by is not None
         out: list[dict[str, Any]] = []
         for k in touched:
             rows = ordered.get(k, [])
@@ -342,6 +675,7 @@ class DeltaChangeApplier:
                         **row,
                         SLOT: slot,
                         STATE_SEQ: sequences.get(k),
+                        STATE_RESTART: restart_values.get(k),
                         DELETED_AT: None,
                         UPDATED_AT: now,
                         OP: "U",
@@ -356,6 +690,7 @@ class DeltaChangeApplier:
                         **marker,
                         SLOT: -1,
                         STATE_SEQ: sequences.get(k),
+                        STATE_RESTART: restart_values.get(k),
                         DELETED_AT: tombstone,
                         UPDATED_AT: now,
                         OP: "U",
@@ -370,9 +705,45 @@ class DeltaChangeApplier:
                 *(f.with_nullable(f.name not in key) for f in fields),
                 pa.field(SLOT, pa.int32(), nullable=False),
                 pa.field(STATE_SEQ, pa.large_binary()),
+                *([pa.field(STATE_RESTART, pa.large_binary())] if restart_by else []),
                 pa.field(DELETED_AT, key_state.TIMESTAMP),
                 pa.field(UPDATED_AT, key_state.TIMESTAMP),
                 pa.field(OP, pa.string()),
             ]
         )
         return pa.Table.from_pylist(out, schema=state_schema)
+
+
+def _with_patches(
+    winners: pa.Table, marks: pa.Array | None, patches: pa.Table | None, key: list[str]
+) -> tuple[pa.Table, pa.Array | None]:
+    """``winners`` and their marks, plus the patch rows of keys the batch does not change itself."""
+    if patches is None:
+        return winners, marks
+    patches = patches.filter(pc.invert(_row_in(patches, winners, key)))
+    if not patches.num_rows:
+        return winners, marks
+    more = patches.column(UNAVAILABLE).combine_chunks()
+    marks = pa.concat_arrays([marks if marks is not None else pa.nulls(winners.num_rows, more.type), more])
+    rows = pa.concat_tables([winners, patches.drop_columns([UNAVAILABLE])], promote_options="default")
+    return rows, marks
+
+
+def _combine(rows: pa.Table | None, more: pa.Table | None) -> pa.Table | None:
+    if rows is None or more is None:
+        return rows if more is None else more
+    return pa.concat_tables([rows, more], promote_options="permissive")
+
+
+def _row_in(rows: pa.Table, found: pa.Table, key: list[str]) -> pa.Array:
+    """Per row of ``rows``: whether ``found`` has its key."""
+    probe = rows.select(key).append_column(POS, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
+    hits = probe.join(
+        found.select(key).cast(rows.select(key).schema).group_by(key).aggregate([]),
+        key,
+        join_type="inner",
+        use_threads=False,
+    )
+    mask = np.zeros(rows.num_rows, dtype=bool)
+    mask[np.asarray(hits.column(POS), dtype=np.int64)] = True
+    return pa.array(mask)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
@@ -15,6 +15,8 @@ from cdcflow.connectors.lakehouse.sequence import sortable
 
 ROW_KINDS = ("+I", "-U", "+U", "-D")
 IDX, SEQ = "_cdcflow_idx", "_cdcflow_seq"
+EPOCH = "_cdcflow_epoch"
+"""Optional: how many restarts of the log position precede a change of its key (see ``sequence_order``)."""
 _COORDINATES = (("topic", "partition", "offset"), ("file", "line"))
 
 
@@ -26,6 +28,10 @@ class ChangeBatch:
     kinds: np.ndarray
     origin: pa.Table
     batch_id: int
+    restart: pa.Array | None = None
+    """``restart_by`` as sortable bytes, one per arrival position (None without restart_by)."""
+    extra: pa.Table = field(default_factory=lambda: pa.table({}))
+    """Per-change columns kept out of the table that the applier reads (unavailable columns, PK links)."""
 
     @property
     def num_rows(self) -> int:
@@ -33,13 +39,38 @@ class ChangeBatch:
 
     def where(self, index: int) -> str:
         """Where row ``index`` came from (topic/partition@offset or file:line when the batch has them)."""
-        for names in _COORDINATES:
-            if all(name in self.origin.schema.names for name in names):
-                values = [self.origin.column(name)[index].as_py() for name in names]
-                return (
-                    f"{values[0]}/{values[1]}@{values[2]}" if len(values) == 3 else f"{values[0]}:{values[1]}"
-                )
-        return f"row {index} of batch {self.batch_id}"
+        return describe(self.origin, index, index, self.batch_id)
+
+    def keep(self, mask: np.ndarray) -> ChangeBatch:
+        """The changes where ``mask`` is true, renumbered (``_cdcflow_idx`` stays the position)."""
+        take = pa.array(np.flatnonzero(mask))
+        data = self.data.take(take)
+        data = data.set_column(
+            data.schema.get_field_index(IDX), IDX, pa.array(np.arange(data.num_rows, dtype=np.int64))
+        )
+        return ChangeBatch(
+            data,
+            self.kinds[np.asarray(mask, dtype=bool)],
+            self.origin.take(take),
+            self.batch_id,
+            self.restart.take(take) if self.restart is not None else None,
+            self.extra.take(take),
+        )
+
+
+def coordinates(table: pa.Table) -> pa.Table:
+    """The columns of ``table`` that say where a row came from."""
+    names = {c for group in _COORDINATES for c in group}
+    return table.select([n for n in table.schema.names if n in names])
+
+
+def describe(origin: pa.Table, index: int, arrival: int, batch_id: int) -> str:
+    """Row ``index`` of ``origin`` as topic/partition@offset or file:line, else its arrival position."""
+    for names in _COORDINATES:
+        if all(name in origin.schema.names for name in names):
+            values = [origin.column(name)[index].as_py() for name in names]
+            return f"{values[0]}/{values[1]}@{values[2]}" if len(values) == 3 else f"{values[0]}:{values[1]}"
+    return f"row {arrival} of batch {batch_id}"
 
 
 def prepare(
@@ -49,17 +80,21 @@ def prepare(
     row_kind_column: str,
     sequence_by: str | None,
     exclude: Sequence[str],
+    restart_by: str | None = None,
+    extra: Sequence[str] = (),
 ) -> ChangeBatch:
+    """``table``'s changes, checked; ``extra`` names columns kept aside (see ``ChangeBatch.extra``)."""
     names = table.schema.names
-    for column in (*key, row_kind_column, *([sequence_by] if sequence_by else [])):
+    ordering = [c for c in (sequence_by, restart_by) if c]
+    for column in (*key, row_kind_column, *ordering):
         if column not in names:
             raise ChangelogConsistencyError(
                 f"batch {batch_id} has no column {column!r} (columns: {', '.join(names)}); the key, the "
-                "row kind column and sequence_by must name columns of the changelog"
+                "row kind column, sequence_by and restart_by must name columns of the changelog"
             )
     kinds = np.asarray(table.column(row_kind_column).to_numpy(zero_copy_only=False), dtype=object)
     bad = ~np.isin(kinds, ROW_KINDS)
-    origin = table.select([n for n in names if n in {c for group in _COORDINATES for c in group}])
+    origin = coordinates(table)
     batch = ChangeBatch(table, kinds, origin, batch_id)
     if bad.any():
         at = int(np.argmax(bad))
@@ -74,11 +109,13 @@ def prepare(
                 f"{batch.where(at)}: key column {column!r} is null; a Delta table keyed by "
                 f"{', '.join(key)} cannot hold it (fix the key, or filter such rows into a dead-letter table)"
             )
-    data = table.drop_columns([c for c in {row_kind_column, *exclude} if c in names and c not in key])
+    aside = [c for c in extra if c in names]
+    data = table.drop_columns([c for c in {row_kind_column, *exclude, *aside} if c in names and c not in key])
     data = data.append_column(IDX, pa.array(np.arange(table.num_rows, dtype=np.int64)))
     if sequence_by:
         data = data.append_column(SEQ, sortable(table.column(sequence_by), sequence_by))
-    return ChangeBatch(data, kinds, origin, batch_id)
+    restart = sortable(table.column(restart_by), restart_by) if sequence_by and restart_by else None
+    return ChangeBatch(data, kinds, origin, batch_id, restart, table.select(aside))
 
 
 def check_update_pairs(batch: ChangeBatch, key: Sequence[str]) -> None:
@@ -121,6 +158,11 @@ def last_per_key(batch: ChangeBatch, key: Sequence[str]) -> pa.Table:
 
 
 def sequence_order(rows: pa.Table) -> pa.Array:
-    """Row positions by sequence, then arrival; a change without a sequence sorts first."""
+    """Row positions by epoch (restarts of the key's log position, when known), sequence, then arrival;
+    a change without a sequence sorts first in its epoch."""
     keys = pa.table({"seq": pc.fill_null(rows.column(SEQ), b""), "idx": rows.column(IDX)})
-    return pc.sort_indices(keys, [("seq", "ascending"), ("idx", "ascending")])
+    order = [("seq", "ascending"), ("idx", "ascending")]
+    if EPOCH in rows.schema.names:
+        keys = keys.append_column("epoch", rows.column(EPOCH))
+        order.insert(0, ("epoch", "ascending"))
+    return pc.sort_indices(keys, order)

@@ -45,14 +45,24 @@ def merge_marked(
     batch_id: int,
     *,
     delete_unmatched: str | None = None,
+    unavailable: str | None = None,
 ) -> int:
     """Merge ``source`` (with ``_cdcflow_op``) into ``table`` on ``identity``; returns the new version.
 
-    ``delete_unmatched`` is a predicate on the target (``t.``) for rows the source does not name that
-    should go in the same commit (expired state).
+    An update assigns only the columns ``source`` has (a column it lacks keeps the target's value, an
+    insert leaves it NULL). ``unavailable`` names a ``list<string>`` column of ``source``: the columns
+    of each row that keep the target's value. ``delete_unmatched`` is a predicate on the target
+    (``t.``) for rows the source does not name that should go in the same commit (expired state,
+    ``TRUE`` for a truncate); rows marked ``K`` are named, so kept, and not written.
     """
-    data = conform(table, source.drop_columns([OP]), identity, path).append_column(OP, source.column(OP))
-    assignments = {quote(c): f"s.{quote(c)}" for c in data.schema.names if c != OP}
+    marks = [c for c in (OP, unavailable) if c is not None]
+    present = [c for c in source.schema.names if c not in marks]
+    data = conform(table, source.drop_columns(marks), identity, path)
+    for mark in marks:
+        data = data.append_column(mark, source.column(mark))
+    written = [c for c in data.schema.names if c not in marks]
+    inserts = {quote(c): f"s.{quote(c)}" for c in written}
+    updates = {quote(c): _update_value(c, identity, unavailable) for c in written if c in present}
     merger = (
         table.merge(
             data,
@@ -62,13 +72,38 @@ def merge_marked(
             commit_properties=CommitProperties(app_transactions=[Transaction(app_id, batch_id)]),
         )
         .when_matched_delete(predicate=f"s.{OP} = 'D'")
-        .when_matched_update(updates=assignments, predicate=f"s.{OP} = 'U'")
-        .when_not_matched_insert(updates=assignments, predicate=f"s.{OP} = 'U'")
+        .when_matched_update(updates=updates, predicate=f"s.{OP} = 'U'")
+        .when_not_matched_insert(updates=inserts, predicate=f"s.{OP} = 'U'")
     )
     if delete_unmatched is not None:
         merger = merger.when_not_matched_by_source_delete(predicate=delete_unmatched)
     merger.execute()
     return int(table.version())
+
+
+def _update_value(column: str, identity: Sequence[str], unavailable: str | None) -> str:
+    if unavailable is None or column in identity:
+        return f"s.{quote(column)}"
+    literal = "'" + column.replace("'", "''") + "'"
+    return (
+        f"CASE WHEN array_has(s.{quote(unavailable)}, {literal}) THEN t.{quote(column)} "
+        f"ELSE s.{quote(column)} END"
+    )
+
+
+def table_before(path: str, table: DeltaTable, app_id: str, batch_id: int) -> DeltaTable | None:
+    """``table`` as it was before the commit that recorded ``batch_id`` (None: before it existed).
+
+    Reads of a replayed batch whose target commit already landed must see what the first run saw.
+    """
+    low, high = 0, int(table.version())
+    while low < high:  # the first version whose application transaction has reached batch_id
+        middle = (low + high) // 2
+        if applied_version(DeltaTable(path, version=middle), app_id) >= batch_id:
+            high = middle
+        else:
+            low = middle + 1
+    return DeltaTable(path, version=low - 1) if low > 0 else None
 
 
 def local_filesystem(path: str) -> pafs.FileSystem | None:
@@ -87,8 +122,10 @@ def read_table(path: str) -> pa.Table:
     return DeltaTable(path).to_pyarrow_dataset(filesystem=local_filesystem(path)).to_table()
 
 
-def rows_of_keys(table: DeltaTable, path: str, key: Sequence[str], keys: pa.Table) -> pa.Table:
-    """The rows of ``table`` whose ``key`` columns equal one of the rows of ``keys``.
+def rows_of_keys(
+    table: DeltaTable, path: str, key: Sequence[str], keys: pa.Table, columns: Sequence[str] | None = None
+) -> pa.Table:
+    """The rows of ``table`` whose ``key`` columns equal one of the rows of ``keys`` (``columns`` of them).
 
     Files are pruned by the Delta log's statistics; delta-rs merges write strings as string_view, so
     each filter casts the column to the table's type before comparing.
@@ -106,7 +143,8 @@ def rows_of_keys(table: DeltaTable, path: str, key: Sequence[str], keys: pa.Tabl
     dataset = table.to_pyarrow_dataset(
         file_pruning_predicate=pruning or None, filesystem=local_filesystem(path)
     )
-    rows = dataset.to_table(filter=condition)
+    projection = None if columns is None else [*key, *(c for c in columns if c not in key)]
+    rows = dataset.to_table(filter=condition, columns=projection)
     if len(key) == 1:
         return rows
     # Per-column filters admit cross combinations: keep the exact key tuples (joining on the keys

@@ -6,6 +6,7 @@ Each batch is collected to the driver as Arrow (``DataFrame.toArrow``) and appli
 merge (:mod:`.apply`); the batch id Spark replays after a failure is found in the Delta log and
 skipped. The application id is the streaming query's id, read from the checkpoint, so a query that
 restarts from its checkpoint keeps it; a new checkpoint is a new query that applies everything again.
+An explicit ``app_id`` is recorded in the checkpoint and must stay with it (:mod:`.app_identity`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from cdcflow.connectors.errors import ConnectorOptionError
+from cdcflow.connectors.lakehouse import app_identity
 from cdcflow.connectors.lakehouse.apply import ApplyOptions, BatchApplied, DeltaChangeApplier, Materialize
+from cdcflow.connectors.lakehouse.control import OnTruncate
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -37,7 +40,7 @@ def checkpoint_query_id(checkpoint: str) -> str:
     except (OSError, ValueError, KeyError) as error:
         raise ConnectorOptionError(
             f"cannot read the streaming query id from {path} ({error}); the Delta sink needs a local or "
-            "mounted checkpointLocation, or an explicit app_id"
+            "mounted checkpointLocation (it also records an explicit app_id there)"
         ) from None
 
 
@@ -51,7 +54,11 @@ class SinkProgress:
     upserts: int = 0
     deletes: int = 0
     late: int = 0
+    restarts: int = 0
     unmatched_retractions: int = 0
+    unavailable_unfilled: int = 0
+    truncates: int = 0
+    control_events: int = 0
     apply_seconds: float = 0.0
     last: BatchApplied | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -64,7 +71,11 @@ class SinkProgress:
             self.upserts += applied.upserts
             self.deletes += applied.deletes
             self.late += applied.late
+            self.restarts += applied.restarts
             self.unmatched_retractions += applied.unmatched_retractions
+            self.unavailable_unfilled += applied.unavailable_unfilled
+            self.truncates += applied.truncates
+            self.control_events += applied.control_events
             self.apply_seconds += applied.seconds
             self.last = applied
 
@@ -88,16 +99,37 @@ class DeltaSink:
         self.on_batch = on_batch
         self._applier: DeltaChangeApplier | None = None
 
+    def check_identity(self) -> None:
+        """Before the query starts: refuse an app id that does not belong to the checkpoint (see
+        :mod:`.app_identity`). A new checkpoint without ``app_id`` is a new query: nothing to check."""
+        if self.app_id is None and not os.path.exists(os.path.join(self._checkpoint_dir(), "metadata")):
+            return
+        app_identity.claim(
+            self.checkpoint,
+            self._app_id(),
+            self.target,
+            self._state_path(),
+            record=False,
+            chosen=self.app_id is not None,
+        )
+
     def applier(self) -> DeltaChangeApplier:
         if self._applier is None:
-            app_id = self.app_id or f"cdcflow-{checkpoint_query_id(self.checkpoint)}"
-            state = (
-                os.path.join(self.checkpoint.removeprefix("file://"), STATE_DIR)
-                if self.options.stateful
-                else None
+            app_id, state = self._app_id(), self._state_path()
+            app_identity.claim(
+                self.checkpoint, app_id, self.target, state, record=True, chosen=self.app_id is not None
             )
             self._applier = DeltaChangeApplier(self.target, self.options, app_id=app_id, state_path=state)
         return self._applier
+
+    def _checkpoint_dir(self) -> str:
+        return app_identity.local_checkpoint(self.checkpoint)
+
+    def _app_id(self) -> str:
+        return self.app_id or f"cdcflow-{checkpoint_query_id(self.checkpoint)}"
+
+    def _state_path(self) -> str | None:
+        return os.path.join(self._checkpoint_dir(), STATE_DIR) if self.options.stateful else None
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         applier = self.applier()
@@ -118,6 +150,12 @@ def apply_options(
     exclude: Sequence[str] = (),
     delete_retention: timedelta = timedelta(days=7),
     state_ttl: timedelta | None = None,
+    restart_by: str | None = None,
+    unavailable_column: str | None = None,
+    old_key_column: str | None = None,
+    new_key_column: str | None = None,
+    control_column: str | None = None,
+    on_truncate: str | OnTruncate = OnTruncate.APPLY,
 ) -> ApplyOptions:
     return ApplyOptions(
         key=tuple(key),
@@ -128,6 +166,12 @@ def apply_options(
         exclude=tuple(exclude),
         delete_retention=delete_retention,
         state_ttl=state_ttl,
+        restart_by=restart_by,
+        unavailable_column=unavailable_column,
+        old_key_column=old_key_column,
+        new_key_column=new_key_column,
+        control_column=control_column,
+        on_truncate=OnTruncate.parse(on_truncate),
     )
 
 
@@ -152,6 +196,7 @@ def apply_changes(
             "DeltaChangeApplier(target, apply_options(...), app_id=...).apply(df.toArrow(), batch_id)"
         )
     sink = DeltaSink(target, apply_options(key, **options), checkpoint, app_id)  # type: ignore[arg-type]
+    sink.check_identity()
     writer = changelog.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
     if trigger:
         writer = writer.trigger(**trigger)

@@ -17,9 +17,13 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from deltalake import DeltaTable
 
-from cdcflow.connectors.errors import ConnectorOptionError
+from cdcflow.connectors.errors import ConnectorOptionError, schema_change
 from cdcflow.connectors.lakehouse.apply import BatchApplied, Materialize
+from cdcflow.connectors.lakehouse.control import OnTruncate
 from cdcflow.connectors.lakehouse.delta_sink import DeltaSink, SinkProgress, apply_options
+from cdcflow.connectors.lakehouse.ingest_defaults import SourceLinks, add_source_defaults, source_links
+from cdcflow.formats.redact import redacted_repr
+from cdcflow.formats.types import parse_ddl
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -35,6 +39,8 @@ SOURCES = {
     "upsert-kafka": "cdc-upsert-kafka",
 }
 DEBEZIUM_SEQUENCE = "source_sequence"
+DEBEZIUM_RESTART = "source_timestamp"
+"""The commit time: tells a restarted log position (failover, RESET MASTER) from a late change."""
 Trigger = Literal["available-now", "continuous"]
 
 
@@ -61,6 +67,14 @@ class IngestConfig:
     delete_retention: timedelta = timedelta(days=7)
     state_ttl: timedelta | None = None
     app_id: str | None = None
+    on_truncate: OnTruncate = OnTruncate.APPLY
+    max_offsets_per_trigger: int | None = None
+    """Kafka records per micro-batch; None = DEFAULT_MAX_OFFSETS_PER_TRIGGER, 0 = no limit."""
+    max_bytes_per_trigger: int | None = None
+    """Bytes of recorded files per micro-batch; None = DEFAULT_MAX_BYTES_PER_TRIGGER, 0 = no limit."""
+
+    def __repr__(self) -> str:
+        return redacted_repr(self)
 
     def __post_init__(self) -> None:
         if self.format not in SOURCES:
@@ -98,9 +112,36 @@ class IngestConfig:
             options.setdefault("subscribe", ",".join(self.topics))
             options.setdefault("startingOffsets", "earliest")
         if self.resolved_sequence() == DEBEZIUM_SEQUENCE:
-            metadata = [m.strip() for m in options.get("metadata", "").split(",") if m.strip()]
-            options["metadata"] = ",".join([*metadata, "source.sequence"])
+            metadata = self._metadata()
+            added = [m for m in ("source.sequence", "source.timestamp") if m not in metadata]
+            given = next((key for key in options if key.lower() == "metadata"), "metadata")
+            options[given] = ",".join([*metadata, *added])
+        add_source_defaults(
+            options,
+            self.format,
+            kafka=not self.path,
+            max_offsets_per_trigger=self.max_offsets_per_trigger,
+            max_bytes_per_trigger=self.max_bytes_per_trigger,
+        )
         return options
+
+    def links(self) -> SourceLinks:
+        """The columns of the source the applier reads (unavailable columns, keys, control events)."""
+        return source_links(self.source_options(), self.format, self._metadata())
+
+    def _metadata(self) -> list[str]:
+        """The metadata columns the user asked for (kept in the table)."""
+        given = next((key for key in self.options if key.lower() == "metadata"), None)
+        text = self.options[given] if given is not None else ""
+        return [m.strip() for m in text.split(",") if m.strip()]
+
+    def ordering_columns(self) -> list[str]:
+        """The metadata columns the job adds only to order changes (kept out of the table)."""
+        if self.resolved_sequence() != DEBEZIUM_SEQUENCE:
+            return []
+        requested = self._metadata()
+        pairs = ((DEBEZIUM_SEQUENCE, "source.sequence"), (DEBEZIUM_RESTART, "source.timestamp"))
+        return [column for column, name in pairs if name not in requested]
 
 
 @dataclass
@@ -114,11 +155,14 @@ class IngestSummary:
     def __str__(self) -> str:
         p = self.progress
         rate = p.changes / self.seconds if self.seconds else 0.0
+        rows = self.table_rows if self.table_rows is not None else 0
         return (
             f"{self.batches} batch(es), {p.changes:,} changes ({rate:,.0f}/s): {p.upserts:,} upserted, "
-            f"{p.deletes:,} deleted, {p.late:,} late, {p.unmatched_retractions:,} unmatched retractions, "
-            f"{p.skipped} replayed batch(es) skipped; table version {self.table_version}, "
-            f"{self.table_rows if self.table_rows is not None else 0:,} rows"
+            f"{p.deletes:,} deleted, {p.late:,} late, {p.restarts:,} restarted positions, "
+            f"{p.unmatched_retractions:,} unmatched retractions, {p.truncates:,} truncate(s), "
+            f"{p.control_events:,} other control event(s) skipped, {p.unavailable_unfilled:,} unavailable "
+            f"value(s) left NULL, {p.skipped} replayed batch(es) skipped; "
+            f"table version {self.table_version}, {rows:,} rows"
         )
 
 
@@ -135,28 +179,31 @@ def ingest(
     from cdcflow.connectors.job import local_session
 
     sequence = config.resolved_sequence()
+    links = config.links()
     options = apply_options(
         config.key,
         sequence_by=sequence,
         materialize=config.materialize,
         upsert_key=config.upsert_key if config.upsert_key is not None else config.key,
-        exclude=[DEBEZIUM_SEQUENCE] if sequence == DEBEZIUM_SEQUENCE else [],
+        exclude=[*config.ordering_columns(), *links.exclude],
+        restart_by=DEBEZIUM_RESTART if sequence == DEBEZIUM_SEQUENCE else None,
         delete_retention=config.delete_retention,
         state_ttl=config.state_ttl,
+        on_truncate=config.on_truncate,
+        **links.apply,
     )
     sink = DeltaSink(config.target, options, config.checkpoint, config.app_id, on_batch)
+    sink.check_identity()
+    if spark is None:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.getActiveSession()
+    # Only a session this call starts is stopped: a notebook's or a test's own keeps running.
     own_session = spark is None
     session = spark or local_session("cdcflow-ingest")
     started = time.monotonic()
     try:
-        changelog = session.readStream.format(config.source).options(**config.source_options()).load()
-        writer = changelog.writeStream.foreachBatch(sink).option("checkpointLocation", config.checkpoint)
-        if config.trigger == "available-now":
-            writer = writer.trigger(availableNow=True)
-        else:
-            writer = writer.trigger(processingTime=config.interval)
-        query = writer.start()
-        _follow(query, sink.progress, started, out)
+        _run(config, session, sink, started, out)
     finally:
         if own_session:
             session.stop()
@@ -168,6 +215,41 @@ def ingest(
         table_version=table.version() if table is not None else None,
         table_rows=table.count() if table is not None else None,
     )
+
+
+def _run(config: IngestConfig, session: SparkSession, sink: DeltaSink, started: float, out: TextIO) -> None:
+    """Run the query; when a message brings columns the inferred ones lack (SchemaChangedError), start
+    it again from its checkpoint with them, so they reach the table in the batch where they appear."""
+    from pyspark.errors import StreamingQueryException
+
+    options = config.source_options()
+    added = {f.name for f in parse_ddl(options["addedColumns"])} if "addedColumns" in options else set()
+    while True:
+        changelog = session.readStream.format(config.source).options(**options).load()
+        writer = changelog.writeStream.foreachBatch(sink).option("checkpointLocation", config.checkpoint)
+        if config.trigger == "available-now":
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=config.interval)
+        query = writer.start()
+        try:
+            _follow(query, sink.progress, started, out)
+            return
+        except StreamingQueryException as error:
+            change = schema_change(str(error))
+            if change is None:
+                raise
+            origin, columns = change
+            new = {f.name for f in parse_ddl(columns)}
+            if config.schema or new <= added:
+                raise  # declared columns, or no progress: the error says what to do
+            added |= new
+            options["addedColumns"] = ", ".join(filter(None, (options.get("addedColumns"), columns)))
+            out.write(
+                f"cdcflow ingest: {origin} adds column(s) {columns}: restarting from the checkpoint with "
+                "them; the table gains them in this batch\n"
+            )
+            out.flush()
 
 
 def _follow(query: StreamingQuery, progress: SinkProgress, started: float, out: TextIO) -> None:

@@ -2,8 +2,12 @@
 
 Rows: the key columns, ``_cdcflow_slot`` (0, 1, ... for the live rows of the upsert materializer,
 -1 for a key's sequence/tombstone record), ``_cdcflow_seq`` (the last applied sequence, sortable
-bytes), ``_cdcflow_deleted_at`` (when the key was deleted: a tombstone kept for the delete
-retention), ``_cdcflow_updated_at``, and under materialization the row's other columns.
+bytes), ``_cdcflow_state_restart`` (that change's ``restart_by`` value, sortable bytes; added to
+state tables written before it existed when ``restart_by`` is first used), ``_cdcflow_deleted_at``
+(when the key was deleted: a tombstone kept for the delete retention), ``_cdcflow_updated_at``, and
+under materialization the row's other columns. Slots below -1 belong to primary-key changes, with
+columns of their own added when first written (see ``unavailable``): ``_cdcflow_pending`` (JSON list of
+column names) is what a claim or carry still waits for from an old key's delete.
 Each batch rewrites the rows of the keys it touched in ONE merge whose commit records the batch id,
 like the target table's, so a replayed batch updates it at most once.
 """
@@ -20,12 +24,14 @@ from deltalake import DeltaTable
 from cdcflow.connectors.lakehouse.delta_io import OP, merge_marked, quote, rows_of_keys
 from cdcflow.connectors.lakehouse.delta_schema import create_table, to_delta_columns
 
-SLOT, STATE_SEQ, DELETED_AT, UPDATED_AT = (
+SLOT, STATE_SEQ, STATE_RESTART, DELETED_AT, UPDATED_AT = (
     "_cdcflow_slot",
     "_cdcflow_state_seq",
+    "_cdcflow_state_restart",
     "_cdcflow_deleted_at",
     "_cdcflow_updated_at",
 )
+PENDING = "_cdcflow_pending"
 TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 
@@ -42,6 +48,10 @@ def load(
     if table is None:
         return None
     rows = rows_of_keys(table, path, key, keys)
+    if STATE_RESTART not in rows.schema.names:
+        rows = rows.append_column(STATE_RESTART, pa.nulls(rows.num_rows, pa.large_binary()))
+    if PENDING not in rows.schema.names:
+        rows = rows.append_column(PENDING, pa.nulls(rows.num_rows, pa.string()))
     return rows.filter(_alive(rows, now, retention, ttl))
 
 
@@ -67,15 +77,46 @@ def save(
     now: datetime,
     retention: timedelta,
     ttl: timedelta | None,
+    *,
+    truncated: bool = False,
 ) -> None:
-    """Upsert ``rows`` (with ``_cdcflow_op`` D marking slots to remove) and drop expired entries."""
+    """Upsert ``rows`` (with ``_cdcflow_op`` D marking slots to remove) and drop expired entries.
+
+    After a truncate every slot but the keys' sequences (-1) goes too, unless ``rows`` rewrites it.
+    """
     data = to_delta_columns(rows.drop_columns([OP])).append_column(OP, rows.column(OP))
     if table is None:
         table = create_table(path, data.drop_columns([OP]).schema, [*key, SLOT])
     expired = f"t.{quote(DELETED_AT)} < '{_iso(now - retention)}'"
     if ttl is not None:
         expired += f" OR t.{quote(UPDATED_AT)} < '{_iso(now - ttl)}'"
+    if truncated:
+        expired += f" OR t.{quote(SLOT)} <> -1"
     merge_marked(table, path, data, [*key, SLOT], app_id, batch_id, delete_unmatched=expired)
+
+
+def no_rows(key_fields: Sequence[pa.Field]) -> pa.Table:
+    """An empty update (a truncate's batch rewrites the state even when it changed no key)."""
+    fields = [
+        *key_fields,
+        pa.field(SLOT, pa.int32()),
+        pa.field(STATE_SEQ, pa.large_binary()),
+        pa.field(DELETED_AT, TIMESTAMP),
+        pa.field(UPDATED_AT, TIMESTAMP),
+        pa.field(OP, pa.string()),
+    ]
+    return pa.schema(fields).empty_table()
+
+
+def set_property(
+    path: str, table: DeltaTable | None, key_fields: Sequence[pa.Field], name: str, value: str
+) -> DeltaTable:
+    """Records ``name = value`` in the state table's properties (creating the table if needed)."""
+    if table is None:
+        empty = to_delta_columns(no_rows(key_fields).drop_columns([OP]))
+        table = create_table(path, empty.schema, [*(f.name for f in key_fields), SLOT])
+    table.alter.set_table_properties({name: value}, raise_if_not_exists=False)
+    return table
 
 
 def stamp(now: datetime) -> pa.Scalar:

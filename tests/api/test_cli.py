@@ -198,3 +198,38 @@ def test_inspect_json_writes_float_columns_as_their_32_bit_value() -> None:
         "description": "Small 2-wheel scooter",
         "weight": 3.14,
     }
+
+
+SECRET = "hunter2-s3cr3t"  # noqa: S105 - a made-up password
+
+
+def test_cli_errors_never_print_a_registry_credential(tmp_path: Path) -> None:
+    file = tmp_path / "in.txt"
+    file.write_text("{}\n")
+    url = f"debezium-avro-confluent.url=ftp://alice:{SECRET}@registry"
+    result = run_cli("inspect", str(file), "--format", "debezium-avro-confluent", "--option", url)
+    assert result.returncode == 1
+    assert "Invalid url ftp://***@registry" in result.stderr
+    assert SECRET not in result.stderr + result.stdout
+
+
+def test_cli_errors_never_print_a_kafka_secret() -> None:
+    # The password typed into the mechanism setting too: librdkafka quotes the mechanism in its error.
+    result = run_cli(
+        "record",
+        "--bootstrap-servers",
+        "127.0.0.1:1",
+        "--topic",
+        "orders",
+        "--output",
+        "unused.jsonl",
+        "--option",
+        "kafka.security.protocol=SASL_PLAINTEXT",
+        "--option",
+        f"kafka.sasl.mechanisms={SECRET}",
+        "--option",
+        f"kafka.sasl.password={SECRET}",
+    )
+    assert result.returncode == 1
+    assert "Unsupported SASL mechanism: ***" in result.stderr
+    assert SECRET not in result.stderr + result.stdout

@@ -108,3 +108,116 @@ def test_file_chunks_give_the_per_line_changelog_with_line_numbers(tmp_path: Any
 
     (letter,) = read_dead_letters(str(dead))
     assert (letter["line"], letter["field"]) == (32, "after.id")
+
+
+def control_messages() -> list[Message]:
+    """A block's worth of inserts (decoded columnar), then a truncate, an insert and a logical message."""
+    messages = [event(i, i, "c", None, {"id": i, "name": f"n{i}"}) for i in range(BLOCK_SIZE)]
+    source = {"table": "t", "lsn": 7}
+    messages.append(
+        Message(
+            orjson.dumps({"op": "t", "before": None, "after": None, "source": source}),
+            None,
+            "t",
+            0,
+            BLOCK_SIZE,
+        )
+    )
+    messages.append(event(BLOCK_SIZE + 1, 5, "c", None, {"id": 5, "name": "after"}))
+    messages.append(
+        Message(
+            orjson.dumps({"op": "m", "source": source, "message": {"prefix": "p"}}),
+            b'{"prefix":"p"}',
+            "t",
+            0,
+            BLOCK_SIZE + 2,
+        )
+    )
+    return messages
+
+
+def control_plan(control_events: str) -> Any:
+    raw = {
+        "kafka.bootstrap.servers": "unused:9092",
+        "subscribe": "t",
+        "columns": COLUMNS,
+        "metadata": "offset,source.table,source.lsn",
+        "controlEvents": control_events,
+    }
+    return plan_read("debezium-json", raw, None)
+
+
+def test_emitted_control_events_are_rows_at_their_place() -> None:
+    plan = control_plan("emit")
+    assert plan.output["_row_kind"].nullable and plan.output["_control"].nullable
+    assert plan.output["id"].nullable  # declared NOT NULL, but a control row has no id
+    rows = [row for batch in BatchDecoder(plan).batches(control_messages()) for row in batch.to_pylist()]
+    assert len(rows) == BLOCK_SIZE + 3
+    assert {(r["_row_kind"], r["_control"]) for r in rows[:BLOCK_SIZE]} == {("+I", None)}
+    assert rows[BLOCK_SIZE:] == [
+        {
+            "id": None,
+            "name": None,
+            "source_table": "t",
+            "source_lsn": 7,
+            "_row_kind": None,
+            "_control": "truncate",
+            "offset": BLOCK_SIZE,
+        },
+        {
+            "id": 5,
+            "name": "after",
+            "source_table": None,
+            "source_lsn": None,
+            "_row_kind": "+I",
+            "_control": None,
+            "offset": BLOCK_SIZE + 1,
+        },
+        {
+            "id": None,
+            "name": None,
+            "source_table": "t",
+            "source_lsn": 7,
+            "_row_kind": None,
+            "_control": "message",
+            "offset": BLOCK_SIZE + 2,
+        },
+    ]
+
+
+def test_skipped_control_events_leave_no_row_and_the_row_kind_not_null(caplog: Any) -> None:
+    plan = control_plan("skip")
+    assert not plan.output["_row_kind"].nullable and "_control" not in plan.output.fieldNames()
+    rows = [row for batch in BatchDecoder(plan).batches(control_messages()) for row in batch.to_pylist()]
+    assert [r["offset"] for r in rows] == [*range(BLOCK_SIZE), BLOCK_SIZE + 1]
+    assert "truncate event not in the changelog" in caplog.text
+
+
+def test_emitted_control_events_of_a_plain_file_keep_their_line(tmp_path: Any) -> None:
+    """Plain files are decoded a chunk at a time by the columnar decoder, which leaves a chunk with a
+    control event to the per-line path: the event's row carries its line."""
+    lines = [orjson.dumps({"before": None, "after": {"id": i, "name": "x"}, "op": "c"}) for i in range(20)]
+    lines.insert(7, orjson.dumps({"op": "t", "before": None, "after": None, "source": {"table": "t"}}))
+    path = tmp_path / "changes.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    raw = {"path": str(path), "columns": COLUMNS, "metadata": "line", "controlEvents": "emit"}
+    plan = plan_read("debezium-json", raw, None)
+    rows = [
+        r for b in BatchDecoder(plan).file_batches(str(path), 0, path.stat().st_size) for r in b.to_pylist()
+    ]
+    assert [(r["line"], r["_control"], r["_row_kind"]) for r in rows] == [
+        (n, "truncate" if n == 8 else None, None if n == 8 else "+I") for n in range(1, 22)
+    ]
+
+
+def test_key_metadata_makes_kafka_reads_fetch_headers_without_adding_the_headers_column() -> None:
+    raw = {"kafka.bootstrap.servers": "unused:9092", "subscribe": "t", "columns": COLUMNS}
+    plan = plan_read("debezium-json", {**raw, "metadata": "old-key,new-key"}, None)
+    assert plan.include_headers and "headers" not in plan.output.fieldNames()
+    assert not plan_read("debezium-json", {**raw, "metadata": "offset"}, None).include_headers
+    headers = (("__debezium.oldkey", b'{"id":1}'),)
+    pk_change = Message(
+        orjson.dumps({"op": "c", "before": None, "after": {"id": 2, "name": "x"}}), headers=headers
+    )
+    (row,) = BatchDecoder(plan).batches([pk_change]).__next__().to_pylist()
+    assert (row["id"], row["old_key"], row["new_key"]) == (2, '{"id":1}', None)

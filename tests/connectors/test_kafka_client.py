@@ -3,6 +3,7 @@ real (mock) cluster over TCP."""
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import replace
 
@@ -118,15 +119,61 @@ def test_assign_and_pattern_subscriptions() -> None:
     assert (pattern.kind, pattern.text) == ("subscribePattern", "cdc\\..*")
 
 
+OAUTHBEARER = {
+    "kafka.security.protocol": "SASL_PLAINTEXT",
+    "kafka.sasl.mechanisms": "OAUTHBEARER",
+    "kafka.enable.sasl.oauthbearer.unsecure.jwt": "true",
+}
+
+
 def test_secrets_stay_out_of_repr_and_errors() -> None:
-    secret = "hunter2"  # noqa: S105 - a made-up password
-    options = parse(subscribe="a", kafka_sasl_password=secret, kafka_no_such_setting="x")
-    assert secret not in repr(options)
-    assert "sasl.password=***" in repr(options)
-    with pytest.raises(ConnectorOptionError) as error:
-        kc.offset_bounds(options, [])  # building the client checks the settings
-    assert 'No such configuration property: "no.such.setting"' in str(error.value)
+    # librdkafka quotes an unparsable sasl.oauthbearer.config in the error it reports: a real leak path.
+    secret, password = "hunter2 unsecured-jwt-config", "hunter3"  # noqa: S105 - made up
+    options = KafkaOptions.parse(
+        {
+            "kafka.bootstrap.servers": "127.0.0.1:1",
+            "assign": '{"a": [0]}',
+            "kafkaconsumer.polltimeoutms": "1000",
+            **OAUTHBEARER,
+            "kafka.sasl.oauthbearer.config": secret,
+            "kafka.sasl.password": password,
+        }
+    )
+    for shown in (repr(options), repr(options.client)):
+        assert secret not in shown and password not in shown
+        assert "sasl.oauthbearer.config=***, sasl.password=***" in shown
+    with pytest.raises(KafkaConnectorError) as error:
+        list(kc.read_range(options, OffsetRange("a", 0, 0, 5)))
+    assert "Unrecognized sasl.oauthbearer.config beginning at: ***" in str(error.value)
     assert secret not in str(error.value)
+
+
+def test_secrets_stay_out_of_client_setting_errors_and_librdkafka_logs(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A password typed into the wrong setting: librdkafka quotes it in its error and its log lines.
+    secret = "hunter2"  # noqa: S105 - a made-up password
+    swapped = parse(
+        subscribe="a",
+        kafka_security_protocol="SASL_PLAINTEXT",
+        kafka_sasl_password=secret,
+        kafka_sasl_mechanisms=secret,
+    )
+    with pytest.raises(ConnectorOptionError) as error:
+        kc.offset_bounds(swapped, [])  # building the client checks the settings
+    assert "Unsupported SASL mechanism: ***" in str(error.value)
+    assert secret not in str(error.value)
+    logged = parse(subscribe="a", kafka_sasl_password=secret, kafka_sasl_mechanisms=secret)
+    with caplog.at_level(logging.WARNING, logger="cdcflow.connectors.kafka"):
+        kc.offset_bounds(logged, [])
+    assert "`sasl.mechanism` set to `***`" in caplog.text
+    assert secret not in caplog.text
+
+
+def test_an_unknown_client_setting_is_refused_with_librdkafkas_reason() -> None:
+    with pytest.raises(ConnectorOptionError) as error:
+        kc.offset_bounds(parse(subscribe="a", kafka_no_such_setting="x"), [])  # building the client checks
+    assert 'No such configuration property: "no.such.setting"' in str(error.value)
 
 
 DEFAULTS_AND_CHECKS = [
@@ -234,7 +281,19 @@ def test_rate_limit_shares_the_limit_in_proportion_and_never_starves() -> None:
     latest = {A0: 1000, A1: 101, B0: 0}
     # a-0 holds 1000 of 1001 records: 99 of 100; a-1's share (0.0999) rounds up to one record.
     assert kc.rate_limit(100, start, latest) == {A0: 99, A1: 101, B0: 0}
-    assert kc.limit_offsets({"a": {"0": 0}}, {"a": {"0": 50, "1": 50}}, 10) == {"a": {"0": 5, "1": 5}}
+    assert kc.limit_offsets({"a": {"0": 0}}, {"a": {"0": 50, "1": 50}}, 10, new_partition_start={A1: 0}) == {
+        "a": {"0": 5, "1": 5}
+    }
+
+
+def test_rate_limit_starts_new_partitions_at_their_earliest_offset() -> None:
+    # a-1 is new and holds offsets [40, 50): 10 records against a-0's 50, so 1 of the 10 records a
+    # trigger reads (from 40 on, as Spark's rateLimit does), not half of them from a phantom offset 0.
+    start, latest = {"a": {"0": 0}}, {"a": {"0": 50, "1": 50}}
+    assert kc.limit_offsets(start, latest, 10, new_partition_start={A1: 40}) == {"a": {"0": 8, "1": 41}}
+    # A new partition whose earliest offset is unknown (deleted meanwhile) is left at its latest
+    # offset, for the planning of the batch to report (Spark: "let alert logic in getBatch handle it").
+    assert kc.limit_offsets(start, latest, 10, new_partition_start={}) == {"a": {"0": 10, "1": 50}}
 
 
 SPLITS = [
@@ -486,3 +545,83 @@ def test_producer_sink_flush_reports_failed_deliveries() -> None:
     assert str(error.value).startswith(
         "1 record(s) could not be written to Kafka at 127.0.0.1:1: topic 'events': Local: Message timed out"
     )
+
+
+def envelopes(topic: str, partition: int, count: int) -> list[Message]:
+    return [
+        Message(
+            json.dumps({"op": "c", "after": {"id": i, "name": f"{topic}/{partition}"}}).encode(),
+            partition=partition,
+        )
+        for i in range(count)
+    ]
+
+
+@pytest.mark.integration
+def test_new_partitions_under_a_rate_limit_start_at_their_earliest_offset(
+    kafka_cluster: KafkaCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A topic the pattern matches appears mid-stream with records already deleted below offset 25:
+    micro-batches under maxOffsetsPerTrigger read it from 25 (reporting the added partition's start,
+    as Spark does), never from 0, and keep the old partitions moving."""
+    from cdcflow.connectors.read_plan import plan_read
+    from cdcflow.connectors.readers import CdcStreamReader
+
+    prefix = unique_topic("grow")
+    old, new = f"{prefix}-a", f"{prefix}-b"
+    kafka_cluster.create_topic(old, 2)
+    kc.produce_messages(kafka_cluster.bootstrap_servers, envelopes(old, 0, 30) + envelopes(old, 1, 30), old)
+    limit = 10
+    plan = plan_read(
+        "debezium-json",
+        {
+            "kafka.bootstrap.servers": kafka_cluster.bootstrap_servers,
+            "subscribePattern": f"{prefix}-.*",
+            "startingOffsets": "earliest",
+            "failOnDataLoss": "false",
+            "maxOffsetsPerTrigger": str(limit),
+            "kafkaConsumer.pollTimeoutMs": "20000",
+            "columns": "id INT NOT NULL, name STRING",
+            "metadata": "topic,partition,offset",
+        },
+        None,
+    )
+    reader = CdcStreamReader(plan)
+    read: list[tuple[str, int, int]] = []
+    batches: list[list[tuple[str, int, int]]] = []
+
+    def micro_batch(start: kc.JsonOffsets) -> kc.JsonOffsets:
+        end = reader.latestOffset(start, reader.getDefaultReadLimit())
+        rows = [r for p in reader.partitions(start, end) for b in reader.read(p) for r in b.to_pylist()]
+        batches.append([(r["topic"], r["partition"], r["offset"]) for r in rows])
+        read.extend(batches[-1])
+        return end
+
+    start = micro_batch(reader.initialOffset())
+    kafka_cluster.create_topic(new, 2)
+    kc.produce_messages(kafka_cluster.bootstrap_servers, envelopes(new, 0, 40) + envelopes(new, 1, 5), new)
+    kafka_cluster.delete_records(new, 0, 25)
+    with caplog.at_level(logging.WARNING):
+        for _ in range(30):
+            end = micro_batch(start)
+            if end == start:
+                break
+            start = end
+    expected = (
+        [(old, p, o) for p in (0, 1) for o in range(30)]
+        + [(new, 0, o) for o in range(25, 40)]
+        + [(new, 1, o) for o in range(5)]
+    )
+    assert sorted(read) == sorted(expected), "every record still in Kafka is read exactly once"
+    sizes = [len(batch) for batch in batches]
+    # Each micro-batch reads its share of the limit in real records (a share rounds down, or up
+    # below one record: at most one record off per partition), until the topics are drained.
+    assert all(limit - 4 <= size <= limit + 4 for size in sizes[: len(expected) // limit - 1]), sizes
+    unread = {(old, 0): 30, (old, 1): 30}
+    for batch in batches:
+        for tp, left in unread.items():
+            taken = sum(1 for t, p, _ in batch if (t, p) == tp)
+            assert taken > 0 or left == 0, f"{tp} starved in micro-batch {sizes}"
+            unread[tp] = left - taken
+    losses = [r.getMessage() for r in caplog.records if "data may have been lost" in r.getMessage()]
+    assert len(losses) == 1 and f"added partition {new}-0 starts from offset 25 instead of 0" in losses[0]

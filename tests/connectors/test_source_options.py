@@ -57,7 +57,10 @@ def test_unknown_metadata_key_lists_the_available_ones(spark: SparkSession) -> N
         "unknown metadata column 'table'; available: topic, partition, offset, timestamp, key, headers"
         in text
     )
-    assert "line; format 'debezium-json' adds ingestion-timestamp, op, schema, source.database" in text
+    adds = (
+        "line; format 'debezium-json' adds ingestion-timestamp, new-key, old-key, op, schema, source.database"
+    )
+    assert adds in text
 
 
 def test_schema_without_the_row_kind_column_says_how_to_fix_it(spark: SparkSession) -> None:

@@ -4,7 +4,9 @@ and a replay's choice of input and dead-letter target."""
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kafka_fixture import KafkaCluster, unique_topic
@@ -25,10 +27,12 @@ from source_cases import (
 )
 
 from cdcflow.connectors import replay
+from cdcflow.connectors.dead_letters import read_dead_letters
 from cdcflow.connectors.errors import ConnectorOptionError, ReplayFormatError
 from cdcflow.connectors.read_plan import plan_read
 from cdcflow.connectors.readers import CdcBatchReader, CdcInputPartition, CdcStreamReader, FileRange
 from cdcflow.connectors.replay import record_topic
+from cdcflow.formats import Message
 
 pytestmark = pytest.mark.integration
 
@@ -147,11 +151,12 @@ def test_replay_partitions_cover_each_file_once_and_skip_empty_files(tmp_path: P
     partitions = CdcBatchReader(plan_read("debezium-json", options, None)).partitions()
     splits = [p.split for p in partitions if isinstance(p, CdcInputPartition)]
     a, c = str(tmp_path / "a.txt"), str(tmp_path / "c.txt")
+    # The planner counts the lines before each split once (a.txt is one line with no newline).
     assert splits == [
-        FileRange(a, 0, 333),
-        FileRange(a, 333, 666),
-        FileRange(a, 666, 1000),
-        FileRange(c, 0, 10),
+        FileRange(a, 0, 333, 0),
+        FileRange(a, 333, 666, 0),
+        FileRange(a, 666, 1000, 0),
+        FileRange(c, 0, 10, 0),
     ]
     values = [m.value for s in splits for m in replay.read_messages(s.path, s.start, s.end)]
     assert values == [b"x" * 1000] + [b"y"] * 5
@@ -195,3 +200,139 @@ def test_a_replayed_file_that_shrinks_fails_under_max_bytes_per_trigger(tmp_path
     second = reader.latestOffset(first, limit)
     with pytest.raises(ReplayFormatError, match="shrank from .* bytes since the last micro-batch"):
         reader.partitions(first, second)
+
+
+# --- line numbers: exact across splits and micro-batches, counted in linear time ----------------
+
+
+class CountingFile:
+    """A file opened by the replay module, counting the bytes read through it."""
+
+    def __init__(self, stream: Any, counter: list[int]) -> None:
+        self._stream, self._counter = stream, counter
+
+    def read(self, size: int = -1) -> bytes:
+        data: bytes = self._stream.read(size)
+        self._counter[0] += len(data)
+        return data
+
+    def readline(self, size: int = -1) -> bytes:
+        data: bytes = self._stream.readline(size)
+        self._counter[0] += len(data)
+        return data
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+    def __enter__(self) -> CountingFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stream.close()
+
+
+@pytest.fixture
+def bytes_read(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The bytes every file the replay module opens gives: planning and reading the splits alike."""
+    counter = [0]
+    monkeypatch.setattr(
+        replay, "open", lambda *args, **kw: CountingFile(open(*args, **kw), counter), raising=False
+    )
+    return counter
+
+
+LINE_COLUMNS = "id INT NOT NULL, name STRING"
+
+
+def envelope_lines(count: int, *, every_bad: int = 0) -> tuple[bytes, dict[int, int], list[int]]:
+    """``count`` Debezium envelopes ending in CRLF, with a blank line every 7th and, every
+    ``every_bad``-th, a line that is not JSON: (the bytes, id -> line number, the bad lines)."""
+    lines, ids, bad = [], {}, []
+    for number in range(1, count + 1):
+        if number % 7 == 0:
+            lines.append(b"\r\n")
+        elif every_bad and number % every_bad == 0:
+            lines.append(b"{not json\r\n")
+            bad.append(number)
+        else:
+            ids[number] = number
+            envelope = {"op": "c", "after": {"id": number, "name": "x" * (number % 50)}}
+            lines.append(json.dumps(envelope).encode() + b"\r\n")
+    return b"".join(lines), ids, bad
+
+
+def test_line_numbers_are_exact_across_splits_and_planned_in_linear_time(
+    tmp_path: Path, bytes_read: list[int]
+) -> None:
+    text, ids, _ = envelope_lines(3000)
+    source = tmp_path / "changes.txt"
+    source.write_bytes(text)
+    options = {
+        "path": str(source),
+        "columns": LINE_COLUMNS,
+        "metadata": "line",
+        "maxRecordsPerPartition": "2",
+    }
+    reader = CdcBatchReader(plan_read("debezium-json", options, None))
+    bytes_read[0] = 0
+    partitions = reader.partitions()
+    rows = [row for p in partitions for batch in reader.read(p) for row in batch.to_pylist()]
+    assert len(partitions) > 100
+    assert {row["id"]: row["line"] for row in rows} == ids
+    assert len(rows) == len(ids)
+    # Counting from byte 0 for each of the N splits reads ~N/2 times the file; once per file is ~2x
+    # (the planner's count, then the splits' own reads).
+    assert bytes_read[0] <= 3 * len(text), (bytes_read[0], len(text))
+
+
+def test_line_numbers_of_a_dump_are_exact_across_splits_in_linear_time(
+    tmp_path: Path, bytes_read: list[int]
+) -> None:
+    dump = tmp_path / "topic.dump.jsonl"
+    values = [
+        json.dumps({"op": "c", "after": {"id": i, "name": "y" * (i % 40)}}).encode() for i in range(2000)
+    ]
+    replay.write_dump(dump, [Message(v, topic="t", partition=0, offset=i) for i, v in enumerate(values)])
+    options = {
+        "path": str(dump),
+        "columns": LINE_COLUMNS,
+        "metadata": "line,offset",
+        "maxRecordsPerPartition": "2",
+    }
+    reader = CdcBatchReader(plan_read("debezium-json", options, None))
+    bytes_read[0] = 0
+    rows = [row for p in reader.partitions() for batch in reader.read(p) for row in batch.to_pylist()]
+    assert sorted((row["offset"], row["line"]) for row in rows) == [(i, i + 2) for i in range(2000)]
+    assert bytes_read[0] <= 3 * dump.stat().st_size, (bytes_read[0], dump.stat().st_size)
+
+
+def test_line_numbers_and_dead_letters_are_exact_across_micro_batches(
+    tmp_path: Path, bytes_read: list[int]
+) -> None:
+    text, ids, bad = envelope_lines(1500, every_bad=97)
+    source = tmp_path / "in" / "changes.txt"
+    source.parent.mkdir()
+    source.write_bytes(text)
+    dead = tmp_path / "dead"
+    options = {
+        "path": str(source.parent),
+        "columns": LINE_COLUMNS,
+        "metadata": "file,line",
+        "maxBytesPerTrigger": str(len(text) // 6),
+        "maxRecordsPerPartition": "3",
+        "ignore-parse-errors": "true",
+        "deadLetterPath": str(dead),
+    }
+    reader = CdcStreamReader(plan_read("debezium-json", options, None))
+    limit = reader.getDefaultReadLimit()
+    start, rows, batches = reader.initialOffset(), [], 0
+    bytes_read[0] = 0
+    while (end := reader.latestOffset(start, limit)) != start:
+        rows += [row for p in reader.partitions(start, end) for b in reader.read(p) for row in b.to_pylist()]
+        start, batches = end, batches + 1
+    assert batches >= 6
+    assert {row["id"]: row["line"] for row in rows} == ids
+    assert len(rows) == len(ids)
+    letters = read_dead_letters(str(dead))
+    assert sorted((letter["file"], letter["line"]) for letter in letters) == [(str(source), n) for n in bad]
+    assert bytes_read[0] <= 4 * len(text), (bytes_read[0], len(text))

@@ -240,12 +240,41 @@ def test_update_needs_one_old_image_per_row(old: Any, found: str) -> None:
 # --- other message shapes and errors ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kind", ["ALTER", "ERASE", "RENAME", "TRUNCATE", "QUERY", "CINDEX"])
+@pytest.mark.parametrize("kind", ["ALTER", "ERASE", "RENAME", "QUERY", "CINDEX"])
 def test_ddl_types_are_schema_changes(kind: str) -> None:
     message = Message(orjson.dumps({"data": None, "type": kind, "sql": "...", "database": "d", "table": "t"}))
     out = decoder().decode_all([message])
     assert [e.kind for e in out.events] == ["schema-change"] and out.changes == []
     assert out.events[0].payload["sql"] == "..."
+
+
+def test_truncate_ddl_is_a_truncate_event_with_its_metadata() -> None:
+    """A TRUNCATE empties the table: it is a ``truncate`` control event (which ingest applies), not a
+    schema change; the requested metadata columns are read from it as from a row change."""
+    message = Message(
+        orjson.dumps(
+            {
+                "data": None,
+                "type": "TRUNCATE",
+                "isDdl": True,
+                "sql": "TRUNCATE TABLE t",
+                "database": "d",
+                "table": "t",
+                "es": 1700000000000,
+            }
+        )
+    )
+    out = (
+        resolve_format("canal-json")
+        .create_decoder({}, parse_ddl("id INT NOT NULL"), ["database", "table", "event-timestamp"])
+        .decode_all([message])
+    )
+    assert [e.kind for e in out.events] == ["truncate"] and out.changes == []
+    assert out.events[0].metadata == {
+        "database": "d",
+        "table": "t",
+        "event_timestamp": dt.datetime(2023, 11, 14, 22, 13, 20, tzinfo=dt.UTC),
+    }
 
 
 def test_is_ddl_flag_wins_over_the_type() -> None:

@@ -52,6 +52,21 @@ def test_decodes_connect_logical_types_with_exact_values() -> None:
     assert out.events[0].payload["source"]["lsn"] == 4
 
 
+def test_key_headers_and_control_event_metadata() -> None:
+    decoder = FACTORY.create_decoder({"schema": ENVELOPE_TEXT}, None, ["old-key", "new-key", "source.lsn"])
+    events = messages()
+    header = b'{"schema":{"type":"struct"},"payload":{"id":100}}'
+    first = Message(events[0].value, headers=(("__debezium.oldkey", header),))
+    out = decoder.decode_all([first, *events[1:]])
+    assert [(c.row["old_key"], c.row["new_key"]) for c in out.changes[:2]] == [
+        ('{"id":100}', None),
+        (None, None),
+    ]
+    assert [(e.kind, e.metadata) for e in out.events] == [
+        ("truncate", {"old_key": None, "new_key": None, "source_lsn": 4})
+    ]
+
+
 def test_declared_schema_takes_its_columns_from_the_record() -> None:
     schema = parse_ddl(
         "id BIGINT NOT NULL, price DECIMAL(12, 3), created TIMESTAMP_NTZ(6), uid STRING, gone INT"

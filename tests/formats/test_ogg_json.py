@@ -99,6 +99,16 @@ def test_truncate_goes_to_the_side_output() -> None:
     assert [e.kind for e in out.events] == ["truncate"] and out.changes == []
 
 
+def test_truncate_carries_the_requested_metadata() -> None:
+    out = decoder(metadata=("table", "event-timestamp")).decode_all(
+        [ogg("T", op_ts="2020-05-13 15:40:06.000000")]
+    )
+    assert out.events[0].metadata == {
+        "table": "S.T",
+        "event_timestamp": dt.datetime(2020, 5, 13, 15, 40, 6, tzinfo=dt.UTC),
+    }
+
+
 @pytest.mark.parametrize(
     ("message", "match"),
     [

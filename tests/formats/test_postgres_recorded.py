@@ -20,7 +20,7 @@ import pytest
 
 from cdcflow.core.model import Change
 from cdcflow.core.rowkind import RowKind
-from cdcflow.formats import DecodeOutput, Message, parse_ddl, resolve_format
+from cdcflow.formats import DecodeError, DecodeOutput, Message, parse_ddl, resolve_format
 
 RECORDED = Path(__file__).parent / "recorded" / "postgres"
 TABLES = ("cdc_types", "cdc_types_full")
@@ -56,6 +56,7 @@ def recorded(run: str) -> list[Message]:
                 topic=record["topic"],
                 partition=0,
                 offset=offset,
+                headers=tuple((name, value.encode()) for name, value in record.get("headers", [])),
             )
         )
     return out
@@ -216,3 +217,66 @@ def test_the_three_recordings_agree_where_precision_allows() -> None:
                 assert math.isnan(other)
             else:
                 assert other == value, (key, column)
+
+
+@pytest.mark.parametrize("run", list(RUNS))
+@pytest.mark.parametrize("table", TABLES)
+def test_primary_key_change_names_the_other_key(run: str, table: str) -> None:
+    """``UPDATE ... SET id = 20 WHERE id = 2`` is a delete of 2 carrying header ``__debezium.newkey`` and a
+    create of 20 carrying ``__debezium.oldkey`` (in Connect's ``{schema, payload}`` form with schemas):
+    metadata ``new-key`` / ``old-key`` give the other key's fields as JSON text, null elsewhere."""
+    options, ddl = RUNS[run]
+    mode = {"changelog-mode": "upsert"} if table == "cdc_types" else {}
+    decoder = resolve_format("debezium-json").create_decoder(
+        {**options, **mode}, parse_ddl(ddl) if ddl else None, ["old-key", "new-key", "op"]
+    )
+    out = decoder.decode_all(m for m in recorded(run) if m.topic == f"cdcflow.inventory.{table}")
+    paired = [
+        (c.kind.value, c.row["id"], c.row["op"], c.row["old_key"], c.row["new_key"])
+        for c in out.changes
+        if c.row["old_key"] is not None or c.row["new_key"] is not None
+    ]
+    assert paired == [("-D", 2, "d", None, '{"id":20}'), ("+I", 20, "c", '{"id":2}', None)]
+    assert (
+        sum(1 for c in out.changes if c.row["old_key"] is None and c.row["new_key"] is None)
+        == len(out.changes) - 2
+    )
+
+
+def test_key_headers_in_other_forms() -> None:
+    decoder = resolve_format("debezium-json").create_decoder(
+        {}, parse_ddl("id INT NOT NULL, label STRING"), ["old-key", "new-key"]
+    )
+    value = b'{"op":"c","before":null,"after":{"id":7,"label":"x"}}'
+
+    def old_key(header: bytes | None) -> Any:
+        return (
+            decoder.decode_all([Message(value, headers=(("__debezium.oldkey", header),))])
+            .changes[0]
+            .row["old_key"]
+        )
+
+    assert old_key(b'{"id":5}') == '{"id":5}'
+    assert (
+        old_key(b'{"schema":{"type":"struct"},"payload":{"id":5,"region":"eu"}}') == '{"id":5,"region":"eu"}'
+    )
+    assert old_key(None) is None
+    with pytest.raises(DecodeError, match=r"headers.__debezium.oldkey.*header.converter"):
+        old_key(b"Struct{id=5}")
+
+
+@pytest.mark.parametrize("run", list(RUNS))
+def test_control_events_carry_their_metadata(run: str) -> None:
+    decoder = resolve_format("debezium-json").create_decoder(
+        {**RUNS[run][0], "changelog-mode": "upsert"},
+        parse_ddl("id INT NOT NULL, label STRING"),
+        ["source.table", "source.sequence", "op", "old-key"],
+    )
+    messages = [m for m in recorded(run) if m.topic in ("cdcflow.inventory.cdc_small", "cdcflow.message")]
+    out = decoder.decode_all(messages)
+    truncate, message = out.events
+    assert truncate.metadata["source_table"] == "cdc_small" and truncate.metadata["op"] == "t"
+    assert truncate.metadata["old_key"] is None
+    sequences = {c.row["id"]: c.row["source_sequence"] for c in out.changes}
+    assert sequences[2] < truncate.metadata["source_sequence"] < sequences[99]
+    assert message.metadata["op"] == "m" and message.metadata["source_table"] == ""

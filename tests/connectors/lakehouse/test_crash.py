@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from deltalake import DeltaTable
+from ingest_process import table_version, wait_for, wait_session_gone
 
 from cdcflow.connectors.lakehouse.delta_sink import STATE_DIR
 
@@ -79,17 +80,17 @@ def test_sigkilled_ingestion_restarts_from_its_checkpoint_exactly_once(
     for run, kill in enumerate(kills):
         job = _start(args, tmp_path / f"run{run}.log")
         # Progress past the last kill first, then a delay: kills land at varied points of a batch.
-        _wait_for(job, target, seen + rng.randint(1, 4))
+        wait_for(job, RUN_TIMEOUT, target, seen + rng.randint(1, 4))
         time.sleep(kill.delay)
         assert job.poll() is None, f"run {run} finished before its kill: {_tail(tmp_path / f'run{run}.log')}"
         os.killpg(job.pid, signal.SIGKILL)
         job.wait()
-        _wait_session_gone(job.pid)
-        seen = _table_version(target)
+        wait_session_gone(job.pid)
+        seen = table_version(target)
         kill.landed = _where(target, checkpoint)
 
     job = _start(args, tmp_path / "final.log")
-    _wait_for(job)
+    wait_for(job, RUN_TIMEOUT)
     assert job.returncode == 0, f"the restarted job failed: {_tail(tmp_path / 'final.log')}"
     report = "; ".join(f"kill {i + 1} after {k.delay:.3f}s: {k.landed}" for i, k in enumerate(kills))
     print(f"seed {SEED}: {report}; last run: {_tail(tmp_path / 'final.log', 1)}")
@@ -117,47 +118,6 @@ def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-
-
-def _wait_for(job: subprocess.Popen[bytes], target: Path | None = None, version: int = 0) -> None:
-    """Until the job exits or, given a target, the table reaches ``version``."""
-    deadline = time.monotonic() + RUN_TIMEOUT
-    while job.poll() is None and (target is None or _table_version(target) < version):
-        if time.monotonic() > deadline:
-            os.killpg(job.pid, signal.SIGKILL)
-            job.wait()
-            pytest.fail(f"the ingestion made no progress in {RUN_TIMEOUT:.0f} s")
-        time.sleep(0.002)
-
-
-def _wait_session_gone(session: int) -> None:
-    """The killed group (driver, JVM) and the Python workers the JVM started in groups of their own
-    (same session) are gone, zombies aside: no second writer or reader outlives the kill."""
-    deadline = time.monotonic() + 10
-    while _live_members(session):
-        assert time.monotonic() < deadline, f"processes {_live_members(session)} outlived SIGKILL"
-        time.sleep(0.05)
-
-
-def _live_members(session: int) -> list[int]:
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            state, _, _, sid = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:4]
-        except OSError:
-            continue
-        if int(sid) == session and state != "Z":
-            members.append(int(entry.name))
-    return members
-
-
-def _table_version(path: Path) -> int:
-    log = path / "_delta_log"
-    if not log.is_dir():
-        return -1
-    return max((int(p.stem) for p in log.glob("*.json") if p.stem.isdigit()), default=-1)
 
 
 def _where(target: Path, checkpoint: Path) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,14 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdcflow.cli import _parser
-from cdcflow.connectors.lakehouse.ingest import IngestConfig, ingest
+from cdcflow.connectors.lakehouse import ingest_defaults
+from cdcflow.connectors.lakehouse.control import OnTruncate
+from cdcflow.connectors.lakehouse.delta_sink import SinkProgress
+from cdcflow.connectors.lakehouse.ingest import IngestConfig, IngestSummary, ingest
+from cdcflow.connectors.lakehouse.ingest_defaults import (
+    DEFAULT_MAX_BYTES_PER_TRIGGER,
+    DEFAULT_MAX_OFFSETS_PER_TRIGGER,
+)
 from cdcflow.core import CdcflowError, Change, RowKind
 from cdcflow.ingest_cli import config_from, settings
 
@@ -75,7 +83,13 @@ def test_config_file_settings_are_overridden_by_flags(tmp_path: Path) -> None:
     assert ingest_config.key == ("id", "region")
     assert ingest_config.target == "/lake/other"
     assert ingest_config.sequence_by == "ts"
-    assert ingest_config.source_options() == {"maxBytesPerTrigger": "1000", "a": "b", "path": "/data/orders"}
+    # The user's limit stays; the job adds controlEvents=emit so that a TRUNCATE (a Canal DDL) is applied.
+    assert ingest_config.source_options() == {
+        "maxBytesPerTrigger": "1000",
+        "a": "b",
+        "path": "/data/orders",
+        "controlEvents": "emit",
+    }
 
 
 def test_config_errors_name_the_setting(tmp_path: Path) -> None:
@@ -131,3 +145,195 @@ def test_kafka_topic_lands_in_delta_exactly_once_across_restarts(
     assert second.progress.changes + first.progress.changes == sum(
         2 if c.kind is RowKind.UPDATE_BEFORE else 0 for c in changes
     ) + sum(1 for c in changes if c.kind in (RowKind.INSERT, RowKind.DELETE))
+
+
+def test_ingest_reads_bounded_micro_batches_by_default() -> None:
+    def options(**settings: Any) -> dict[str, str]:
+        base: dict[str, Any] = {"format": "canal-json", "key": ("id",), "target": "t", "checkpoint": "c"}
+        return IngestConfig(**{**base, **settings}).source_options()
+
+    kafka = options(bootstrap_servers="k:9092", topics=("t",))
+    assert kafka["maxOffsetsPerTrigger"] == str(DEFAULT_MAX_OFFSETS_PER_TRIGGER) == "100000"
+    assert "maxBytesPerTrigger" not in kafka
+    files = options(path="/data")
+    assert files["maxBytesPerTrigger"] == str(DEFAULT_MAX_BYTES_PER_TRIGGER) == str(64 << 20)
+    assert options(path="/data", max_bytes_per_trigger=0)["maxBytesPerTrigger"] == "0"  # 0: no limit
+    assert options(path="/data", options={"MaxBytesPerTrigger": "5"})["MaxBytesPerTrigger"] == "5"
+    with pytest.raises(CdcflowError, match="maxOffsetsPerTrigger is given twice"):
+        options(
+            bootstrap_servers="k",
+            topics=("t",),
+            max_offsets_per_trigger=5,
+            options={"maxOffsetsPerTrigger": "9"},
+        )
+
+
+def test_the_summary_shows_truncates_control_events_and_unfilled_values() -> None:
+    """What the driver counted is printed, not left to a log line the user may never see."""
+    progress = SinkProgress(batches=3, truncates=1, control_events=2, unavailable_unfilled=4, restarts=5)
+    text = str(IngestSummary(3, progress, 1.0, 7, 10))
+    assert "5 restarted positions" in text
+    assert "1 truncate(s), 2 other control event(s) skipped, 4 unavailable value(s) left NULL" in text
+
+
+def test_ingest_flags_and_config_set_the_limits_and_on_truncate(tmp_path: Path) -> None:
+    config = tmp_path / "ingest.toml"
+    config.write_text('max-bytes-per-trigger = 1000\non-truncate = "ignore"\n', encoding="utf-8")
+    common = ["--path", "x", "--key", "id", "--target", "t", "--checkpoint", "c"]
+    from_file, _ = config_from(settings(parse(["--config", str(config), *common])))
+    assert (from_file.max_bytes_per_trigger, from_file.on_truncate) == (1000, OnTruncate.IGNORE)
+    assert from_file.source_options()["maxBytesPerTrigger"] == "1000"
+    flags, _ = config_from(
+        settings(parse([*common, "--on-truncate", "fail", "--max-offsets-per-trigger", "7"]))
+    )
+    assert (flags.max_offsets_per_trigger, flags.on_truncate) == (7, OnTruncate.FAIL)
+    assert config_from(settings(parse(common)))[0].on_truncate is OnTruncate.APPLY
+    with pytest.raises(SystemExit):
+        parse([*common, "--on-truncate", "drop"])
+
+
+def test_debezium_ingest_asks_for_what_the_applier_needs() -> None:
+    config = IngestConfig(
+        format="debezium-json",
+        key=("id",),
+        target="t",
+        checkpoint="c",
+        path="/data",
+        options={"metadata": "source.table,old-key"},
+    )
+    options = config.source_options()
+    assert options["unavailable-values"] == "REPORT" and options["controlEvents"] == "emit"
+    assert options["metadata"].split(",") == [
+        "source.table",
+        "old-key",
+        "source.sequence",
+        "source.timestamp",
+        "unavailable-columns",
+        "new-key",
+    ]
+    links = config.links()
+    assert links.apply == {
+        "control_column": "_control",
+        "unavailable_column": "unavailable_columns",
+        "old_key_column": "old_key",
+        "new_key_column": "new_key",
+    }
+    # Asked for by the user: kept in the table; added by the job: kept out.
+    assert set(links.exclude) == {"_control", "unavailable_columns", "new_key"}
+    fill = IngestConfig(**{**config.__dict__, "options": {"debezium-json.unavailable-values": "fill"}})
+    assert "unavailable-values" not in fill.source_options()
+
+
+ITEMS = "id INT NOT NULL, name STRING"
+
+
+class PostgresEvents:
+    """Debezium PostgreSQL events of a table ``items`` with rising LSNs and commit times, and the table
+    they leave (the reference the Delta table is compared with)."""
+
+    def __init__(self) -> None:
+        self.lsn = 1000
+        self.lines: list[bytes] = []
+        self.table: dict[int, dict[str, Any]] = {}
+
+    def _event(self, op: str, before: Any, after: Any) -> None:
+        self.lsn += 8
+        source = {
+            "connector": "postgresql",
+            "ts_ms": 1_700_000_000_000 + self.lsn,
+            "table": "items",
+            "lsn": self.lsn,
+            "sequence": json.dumps([str(self.lsn), str(self.lsn)]),
+        }
+        line = {"op": op, "before": before, "after": after, "source": source, "ts_ms": source["ts_ms"]}
+        self.lines.append(json.dumps(line).encode())
+
+    def upsert(self, key: int, name: str) -> None:
+        before = self.table.get(key)
+        row = {"id": key, "name": name}
+        self._event("u" if before else "c", before, row)
+        self.table[key] = row
+
+    def delete(self, key: int) -> None:
+        self._event("d", self.table.pop(key), None)
+
+    def truncate(self) -> None:
+        self._event("t", None, None)
+        self.table.clear()
+
+
+def test_a_truncate_in_the_middle_of_a_recorded_stream_lands_exactly_once(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The truncate sits inside a micro-batch read by several tasks: the rows before it are gone, the
+    ones after it stay, and a rerun from the checkpoint over the grown file does not truncate again.
+    No limit is set: the job's default bound (made small here) splits the file into micro-batches."""
+    monkeypatch.setattr(ingest_defaults, "DEFAULT_MAX_BYTES_PER_TRIGGER", 12_000)
+    events = PostgresEvents()
+    for key in range(120):
+        events.upsert(key, f"first {key}")
+    for key in range(0, 120, 3):
+        events.upsert(key, f"second {key}")
+    events.truncate()
+    for key in range(100, 160):
+        events.upsert(key, f"after {key}")
+    for key in range(100, 160, 4):
+        events.delete(key)
+    path = tmp_path / "items.jsonl"
+    path.write_bytes(b"\n".join(events.lines) + b"\n")
+    assert path.stat().st_size > 3 * 12_000
+    config = IngestConfig(
+        format="debezium-json",
+        key=("id",),
+        target=str(tmp_path / "items"),
+        checkpoint=str(tmp_path / "checkpoint"),
+        path=str(path),
+        schema=ITEMS,
+        options={"maxRecordsPerPartition": "20"},  # several input partitions per micro-batch
+    )
+
+    def table() -> dict[int, dict[str, Any]]:
+        rows = DeltaTable(config.target).to_pyarrow_table().to_pylist()
+        assert all(set(row) == {"id", "name"} for row in rows)  # no helper column landed
+        return {row["id"]: row for row in rows}
+
+    first = ingest(config, spark)
+    assert first.batches >= 3
+    assert table() == events.table
+    kept = dict(events.table)
+
+    for key in range(150, 200):
+        events.upsert(key, f"later {key}")
+    with path.open("ab") as handle:
+        handle.write(b"\n".join(events.lines[-50:]) + b"\n")
+    second = ingest(config, spark)
+    assert second.batches >= 1
+    assert table() == events.table
+    assert all(table()[key] == row for key, row in kept.items() if key < 150)  # not truncated again
+
+
+def test_a_topic_larger_than_the_default_bound_is_read_in_several_micro_batches(
+    spark: SparkSession, kafka_cluster: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ingest_defaults, "DEFAULT_MAX_OFFSETS_PER_TRIGGER", 40)
+    topic = "ingest-bounded"
+    kafka_cluster.create_topic(topic, partitions=2)
+    changes = changelog(120, seed=5)
+    producer = Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers})
+    events = debezium_events(changes)
+    for event in events:
+        producer.produce(topic, value=event.value, key=event.key)
+    assert producer.flush(30) == 0
+    config = IngestConfig(
+        format="debezium-json",
+        key=("id",),
+        target=str(tmp_path / "products"),
+        checkpoint=str(tmp_path / "checkpoint"),
+        bootstrap_servers=kafka_cluster.bootstrap_servers,
+        topics=(topic,),
+        schema=COLUMNS,
+    )
+    summary = ingest(config, spark)
+    assert summary.batches >= -(-len(events) // 40)
+    rows = DeltaTable(config.target).to_pyarrow_table().to_pylist()
+    assert {row["id"]: row for row in rows} == fold(changes, "id")

@@ -1,0 +1,100 @@
+"""What ``cdcflow ingest`` asks of its source beyond the user's options, and how the applier reads it.
+
+- Bounded micro-batches: at most ``DEFAULT_MAX_OFFSETS_PER_TRIGGER`` Kafka records or about
+  ``DEFAULT_MAX_BYTES_PER_TRIGGER`` bytes of recorded files per micro-batch, unless the user sets a limit
+  (0 = none), since each batch is collected on the driver.
+- Control events as rows (``controlEvents=emit``): the applier applies a TRUNCATE exactly once and
+  counts the others.
+- Debezium: ``unavailable-values=REPORT`` with metadata ``unavailable-columns``, ``old-key`` and
+  ``new-key``, so that the Delta merge keeps the target's value of every column Debezium did not
+  send (durable, unlike a decoder's memory), also across primary-key changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from cdcflow.connectors.errors import ConnectorOptionError
+from cdcflow.connectors.source_options import CONTROL_COLUMN
+
+DEFAULT_MAX_OFFSETS_PER_TRIGGER = 100_000
+DEFAULT_MAX_BYTES_PER_TRIGGER = 64 << 20
+#: Debezium metadata the applier reads: (metadata key, its column, the ApplyOptions field naming it).
+DEBEZIUM_LINKS = (
+    ("unavailable-columns", "unavailable_columns", "unavailable_column"),
+    ("old-key", "old_key", "old_key_column"),
+    ("new-key", "new_key", "new_key_column"),
+)
+
+
+@dataclass(frozen=True)
+class SourceLinks:
+    """The applier's view of the columns the job asked for: ``apply_options`` keywords, and the
+    columns kept out of the table."""
+
+    apply: Mapping[str, Any]
+    exclude: tuple[str, ...]
+
+
+def _given(options: Mapping[str, str], *keys: str) -> str | None:
+    """The user's spelling of the first of ``keys`` set in ``options`` (Spark keys are case-insensitive)."""
+    wanted = {key.lower() for key in keys}
+    return next((key for key in options if key.lower() in wanted), None)
+
+
+def _limit(name: str, flag: int | None) -> str | None:
+    if flag is None:
+        return None
+    if flag < 0:
+        raise ConnectorOptionError(f"{name} must be 0 (no limit) or a positive number, not {flag}")
+    return str(flag)
+
+
+def add_source_defaults(
+    options: dict[str, str],
+    format_name: str,
+    *,
+    kafka: bool,
+    max_offsets_per_trigger: int | None,
+    max_bytes_per_trigger: int | None,
+) -> None:
+    """Add the job's source options to ``options`` (the user's, as given), leaving the user's alone."""
+    name, flag = (
+        ("maxOffsetsPerTrigger", _limit("--max-offsets-per-trigger", max_offsets_per_trigger))
+        if kafka
+        else ("maxBytesPerTrigger", _limit("--max-bytes-per-trigger", max_bytes_per_trigger))
+    )
+    given = _given(options, name)
+    if given is not None and flag is not None:
+        raise ConnectorOptionError(f"{name} is given twice, as a setting and as --option: keep one")
+    if given is None:
+        default = DEFAULT_MAX_OFFSETS_PER_TRIGGER if kafka else DEFAULT_MAX_BYTES_PER_TRIGGER
+        options[name] = flag if flag is not None else str(default)
+    if _given(options, "controlEvents") is None:
+        options["controlEvents"] = "emit"
+    if not format_name.startswith("debezium"):
+        return
+    if _given(options, "unavailable-values", f"{format_name}.unavailable-values") is None:
+        options["unavailable-values"] = "REPORT"
+    metadata_key = _given(options, "metadata") or "metadata"
+    metadata = [m.strip() for m in options.get(metadata_key, "").split(",") if m.strip()]
+    added = [key for key, _, _ in DEBEZIUM_LINKS if key not in metadata]
+    options[metadata_key] = ",".join([*metadata, *added])
+
+
+def source_links(options: Mapping[str, str], format_name: str, requested_metadata: list[str]) -> SourceLinks:
+    """What the applier needs to know of ``options`` (as :func:`add_source_defaults` left them)."""
+    apply: dict[str, Any] = {}
+    exclude: list[str] = []
+    control = _given(options, "controlEvents")
+    if control is not None and options[control].strip().lower() == "emit":
+        apply["control_column"] = CONTROL_COLUMN
+        exclude.append(CONTROL_COLUMN)
+    if format_name.startswith("debezium"):
+        for key, column, field in DEBEZIUM_LINKS:
+            apply[field] = column
+            if key not in requested_metadata:
+                exclude.append(column)
+    return SourceLinks(apply, tuple(exclude))

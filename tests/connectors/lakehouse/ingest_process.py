@@ -1,0 +1,54 @@
+"""Watching an ingest job run as its own process group: progress, SIGKILL, and that it is gone."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+
+def wait_for(
+    job: subprocess.Popen[bytes], timeout: float, target: Path | None = None, version: int = 0
+) -> None:
+    """Until the job exits or, given a target, the table reaches ``version``."""
+    deadline = time.monotonic() + timeout
+    while job.poll() is None and (target is None or table_version(target) < version):
+        if time.monotonic() > deadline:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+            pytest.fail(f"the ingestion made no progress in {timeout:.0f} s")
+        time.sleep(0.002)
+
+
+def wait_session_gone(session: int) -> None:
+    """The killed group (driver, JVM) and the Python workers the JVM started in groups of their own
+    (same session) are gone, zombies aside: no second writer or reader outlives the kill."""
+    deadline = time.monotonic() + 10
+    while live_members(session):
+        assert time.monotonic() < deadline, f"processes {live_members(session)} outlived SIGKILL"
+        time.sleep(0.05)
+
+
+def live_members(session: int) -> list[int]:
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            state, _, _, sid = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:4]
+        except OSError:
+            continue
+        if int(sid) == session and state != "Z":
+            members.append(int(entry.name))
+    return members
+
+
+def table_version(path: Path) -> int:
+    log = path / "_delta_log"
+    if not log.is_dir():
+        return -1
+    return max((int(p.stem) for p in log.glob("*.json") if p.stem.isdigit()), default=-1)

@@ -1,0 +1,168 @@
+"""A column added upstream reaches the Delta table: ``ingest`` with inferred columns (schema-include)
+over a recorded topic whose Debezium schema block gains ``note`` midway, in several micro-batches,
+then again after a restart from the checkpoint."""
+
+from __future__ import annotations
+
+import io
+import re
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from cdcflow.connectors.errors import ConnectorOptionError, SchemaChangedError, schema_change
+from cdcflow.connectors.lakehouse.ingest import IngestConfig, ingest
+from cdcflow.connectors.read_plan import plan_read
+from cdcflow.connectors.replay import write_dump
+from cdcflow.formats import Message
+
+TOPIC = "shop.inventory.items"
+_ID = {"field": "id", "type": "int32", "optional": False}
+_NAME = {"field": "name", "type": "string", "optional": True}
+_NOTE = {"field": "note", "type": "string", "optional": True}
+
+
+def _event(offset: int, op: str, before: dict[str, Any] | None, after: dict[str, Any] | None) -> Message:
+    row = after if after is not None else before
+    assert row is not None
+    fields = [_ID, _NAME, _NOTE] if "note" in row else [_ID, _NAME]
+    image = {"type": "struct", "optional": True, "name": f"{TOPIC}.Value", "fields": fields}
+    schema = {
+        "type": "struct",
+        "name": f"{TOPIC}.Envelope",
+        "fields": [
+            {**image, "field": "before"},
+            {**image, "field": "after"},
+            {"type": "string", "field": "op"},
+        ],
+    }
+    source = {"connector": "mysql", "file": "binlog.000001", "pos": 1000 + offset, "row": 0, "ts_ms": offset}
+    payload = {"before": before, "after": after, "op": op, "source": source, "ts_ms": offset}
+    key = orjson.dumps({"id": row["id"]})
+    value = orjson.dumps({"schema": schema, "payload": payload})
+    return Message(value, key=key, topic=TOPIC, partition=0, offset=offset)
+
+
+# (op, row): the first four rows' schema block has no note; from the fifth on it has.
+FIRST = [
+    ("c", {"id": 1, "name": "a"}),
+    ("c", {"id": 2, "name": "b"}),
+    ("u", {"id": 1, "name": "a2"}),
+    ("c", {"id": 6, "name": "f"}),
+    ("c", {"id": 3, "name": "c", "note": "n3"}),
+    ("u", {"id": 2, "name": "b", "note": "n2"}),
+    ("c", {"id": 4, "name": "d", "note": None}),
+    ("d", {"id": 3, "name": "c", "note": "n3"}),
+    ("u", {"id": 1, "name": "a3", "note": "n1"}),
+]
+LATER = [
+    ("u", {"id": 4, "name": "d", "note": "n4"}),
+    ("c", {"id": 5, "name": "e", "note": "n5"}),
+]
+
+
+def _dump(
+    path: Path, events: list[tuple[str, dict[str, Any]]], rows: dict[int, dict[str, Any]], first: int
+) -> None:
+    """Debezium events of ``events`` (op, row) at offsets from ``first``; ``rows`` (the current row of
+    each id, updated here) gives updates and deletes their before image."""
+    messages = []
+    for offset, (op, row) in enumerate(events, start=first):
+        before = rows.get(row["id"]) if op in ("u", "d") else None
+        after = None if op == "d" else row
+        messages.append(_event(offset, op, before, after))
+        if after is None:
+            del rows[row["id"]]
+        else:
+            rows[row["id"]] = row
+    write_dump(path, messages)
+
+
+def _table(target: str) -> dict[int, dict[str, Any]]:
+    rows = DeltaTable(target).to_pyarrow_table().to_pylist()
+    return {row["id"]: {k: row[k] for k in ("name", "note") if k in row} for row in rows}
+
+
+def test_a_column_added_upstream_reaches_the_table_and_survives_a_restart(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    topic_dir = tmp_path / "topic"
+    topic_dir.mkdir()
+    rows: dict[int, dict[str, Any]] = {}
+    _dump(topic_dir / "a.dump", FIRST, rows, 0)
+    config = IngestConfig(
+        format="debezium-json",
+        key=("id",),
+        target=str(tmp_path / "table"),
+        checkpoint=str(tmp_path / "checkpoint"),
+        path=str(topic_dir),
+        # About two events a micro-batch: the change to the schema lands in the middle of the run.
+        options={"schema-include": "true", "maxBytesPerTrigger": "900"},
+    )
+    out = io.StringIO()
+    summary = ingest(config, spark=spark, out=out)
+
+    assert summary.batches >= 4
+    assert _table(config.target) == {
+        1: {"name": "a3", "note": "n1"},
+        2: {"name": "b", "note": "n2"},
+        4: {"name": "d", "note": None},
+        6: {"name": "f", "note": None},
+    }
+    assert re.search(
+        rf"topic '{TOPIC}' partition 0 offset 4 \S+ adds column\(s\) note STRING", out.getvalue()
+    )
+    assert DeltaTable(config.target).schema().to_arrow().field("note").nullable
+
+    # A new run infers the columns from the first messages again (no note) and meets note once more:
+    # it widens again from the checkpoint, and the values already in the table stay.
+    _dump(topic_dir / "b.dump", LATER, rows, len(FIRST))
+    again = io.StringIO()
+    ingest(config, spark=spark, out=again)
+    assert _table(config.target) == {
+        1: {"name": "a3", "note": "n1"},
+        2: {"name": "b", "note": "n2"},
+        4: {"name": "d", "note": "n4"},
+        5: {"name": "e", "note": "n5"},
+        6: {"name": "f", "note": None},
+    }
+    assert "adds column(s) note STRING" in again.getvalue()
+
+
+def test_a_spark_query_fails_with_the_new_columns_and_the_fix(spark: SparkSession, tmp_path: Path) -> None:
+    _dump(tmp_path / "a.dump", FIRST, {}, 0)
+    options = {"path": str(tmp_path / "a.dump"), "schema-include": "true"}
+    with pytest.raises(
+        Exception, match=r"offset 4 \S*a.dump:\d+: the message has columns .* lack: note STRING"
+    ) as error:
+        spark.read.format("cdc-debezium").options(**options).load().collect()
+    assert ".option('addedColumns', 'note STRING')" in str(error.value)
+    widened = spark.read.format("cdc-debezium").options(**options, addedColumns="note STRING").load()
+    assert [r["note"] for r in widened.orderBy("id", "_row_kind").collect() if r["_row_kind"] == "+I"] == [
+        None,
+        None,
+        "n3",
+        None,
+        None,
+    ]
+
+
+def test_the_error_carries_its_columns_through_spark_text_and_added_columns_widen_the_plan(
+    tmp_path: Path,
+) -> None:
+    columns = "note STRING, `unit price` DECIMAL(10, 2)"
+    error = SchemaChangedError("topic 't' partition 3 offset 9", columns)
+    wrapped = f"StreamingQueryException: ... Traceback ...\n{error}\n\tat org.apache.spark..."
+    assert schema_change(wrapped) == ("topic 't' partition 3 offset 9", columns)
+    assert schema_change("some other failure") is None
+
+    _dump(tmp_path / "a.dump", FIRST, {}, 0)
+    options = {"path": str(tmp_path / "a.dump"), "schema-include": "true"}
+    plan = plan_read("debezium-json", {**options, "addedColumns": columns}, None)
+    assert list(plan.decoded_columns.names)[:4] == ["id", "name", "note", "unit price"]
+    with pytest.raises(ConnectorOptionError, match="addedColumns"):
+        plan_read("debezium-json", {**options, "columns": "id INT", "addedColumns": columns}, None)
