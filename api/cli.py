@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
+import io
 import json
 import logging
 import math
@@ -16,32 +18,115 @@ from pathlib import Path
 from typing import IO, Any
 
 from cdcflow.core import CdcflowError, Change, ChangelogDataError, from_changelog
-from cdcflow.formats import DecodeOutput, Decoder, Message, TypeKind, parse_ddl, render_change, resolve_format
+from cdcflow.formats import (
+    DecodeOutput,
+    Decoder,
+    FormatMetrics,
+    Message,
+    TypeKind,
+    parse_ddl,
+    render_change,
+    resolve_format,
+)
 from cdcflow.formats.jsonenc import float32_repr
-from cdcflow.formats.redact import redact
+from cdcflow.formats.redact import entry_settings, redact, shown_entry
 
 EXAMPLE = "flat-changes.jsonl"
 DUMP_EXAMPLE = "postgres-debezium.dump.jsonl"
 
 
+KAFKA_TIMEOUT_S = 30.0
+"""How long a command waits for an unreachable Kafka cluster before it gives up (``--kafka-timeout``)."""
+_KAFKA_TIMEOUT_KEY = "kafkaConsumer.pollTimeoutMs"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = _parse(parser, argv)
+    _log_to_stderr()
     try:
         return int(args.command(args))
     except CdcflowError as error:
         print(f"cdcflow: {redact(str(error), _given_options(args))}", file=sys.stderr)
-        return 1
+        return exit_code(error)
+    except KeyboardInterrupt:
+        print("cdcflow: interrupted", file=sys.stderr)
+        return 130
     except BrokenPipeError:
         return 0
 
 
-def _given_options(args: argparse.Namespace) -> list[tuple[str, str]]:
-    """The ``--option KEY=VALUE`` pairs of the command line, whose secrets no message may show."""
-    return [
-        (key, value)
-        for key, _, value in (entry.partition("=") for entry in getattr(args, "option", None) or [])
-    ]
+def exit_code(error: CdcflowError) -> int:
+    """2 for a usage error (an option, flag or setting to fix), 1 for a failure of the run itself."""
+    from cdcflow.connectors.errors import ConnectorOptionError
+    from cdcflow.core.errors import ChangelogValidationError
+    from cdcflow.formats.errors import FormatOptionError, UnknownFormatError
+
+    usage = (ChangelogValidationError, FormatOptionError, UnknownFormatError, ConnectorOptionError)
+    return 2 if isinstance(error, usage) or getattr(error, "usage_error", False) else 1
+
+
+def _log_to_stderr() -> None:
+    """Warnings of cdcflow and its clients as ``cdcflow: ...`` lines (Kafka clients log each once)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("cdcflow: %(message)s"))
+    root = logging.getLogger("cdcflow")
+    if not root.handlers:
+        root.addHandler(handler)
+        root.setLevel(logging.WARNING)
+        root.propagate = False
+    # Py4J logs the traceback of a failed foreachBatch call and of a call cut short by Ctrl-C (some on
+    # the root logger): the query's error, or the interrupted run's summary, says what happened.
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)
+    if not logging.root.handlers:
+        other = logging.StreamHandler(sys.stderr)
+        other.addFilter(lambda record: "py4j" not in record.pathname)
+        logging.root.addHandler(other)
+
+
+def kafka_timeout_option(options: dict[str, str], seconds: float | None) -> None:
+    """Bound every wait for Kafka by ``seconds`` (default :data:`KAFKA_TIMEOUT_S`) unless an option does."""
+    if any(key.strip().lower() == _KAFKA_TIMEOUT_KEY.lower() for key in options):
+        return
+    limit = KAFKA_TIMEOUT_S if seconds is None else seconds
+    if not (limit > 0 and math.isfinite(limit)):
+        raise CdcflowUsageError(f"--kafka-timeout must be a positive number of seconds, not {limit:g}")
+    options[_KAFKA_TIMEOUT_KEY] = str(max(1, round(limit * 1000)))
+
+
+class CdcflowUsageError(CdcflowError, ValueError):
+    """A flag of the command line is missing or malformed (exit code 2)."""
+
+    usage_error = True
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    """The arguments; argparse's errors echo some (unrecognized, bad choices): shown without secrets."""
+    given = list(sys.argv[1:] if argv is None else argv)
+    errors = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(errors):
+            args = parser.parse_args(given)
+    finally:
+        sys.stderr.write(redact(errors.getvalue(), entry_settings(given)))
+    args.given_arguments = given
+    return args
+
+
+def _given_options(args: argparse.Namespace) -> list[tuple[str, Any]]:
+    """The settings of the command line and its config file, whose secrets no message may show."""
+    given = entry_settings(getattr(args, "given_arguments", None) or getattr(args, "option", None) or [])
+    return [*given, *dict(getattr(args, "config_options", None) or {}).items()]
+
+
+def _kafka_timeout_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--kafka-timeout",
+        type=float,
+        metavar="SECONDS",
+        help=f"give up on unreachable Kafka brokers after SECONDS (default {KAFKA_TIMEOUT_S:g}); the Kafka "
+        f"option {_KAFKA_TIMEOUT_KEY} sets it in milliseconds",
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -80,7 +165,9 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a format option by its Flink key, e.g. debezium-json.schema-include=true; repeatable",
+        help="a format option by its Flink key, e.g. debezium-json.schema-include=true, or with "
+        "--bootstrap-servers a Kafka option, e.g. kafka.security.protocol=SASL_SSL or "
+        "startingOffsets=latest; repeatable",
     )
     inspect.add_argument(
         "--schema", help="the table schema as a Spark DDL string: 'id INT NOT NULL, name STRING'"
@@ -96,6 +183,7 @@ def _parser() -> argparse.ArgumentParser:
         "--bootstrap-servers", metavar="HOST:PORT", help="inspect Kafka topics (read to their end) instead"
     )
     inspect.add_argument("--topic", action="append", default=[], metavar="TOPIC", help="a topic; repeatable")
+    _kafka_timeout_flag(inspect)
     inspect.set_defaults(command=_inspect)
     record = commands.add_parser(
         "record",
@@ -115,6 +203,7 @@ def _parser() -> argparse.ArgumentParser:
         "kafka.security.protocol=SSL; repeatable",
     )
     record.add_argument("--output", required=True, metavar="FILE", help="the dump file to write")
+    _kafka_timeout_flag(record)
     record.set_defaults(command=_record)
     stream = commands.add_parser(
         "stream",
@@ -135,6 +224,7 @@ def _parser() -> argparse.ArgumentParser:
         help="a source option: columns='id INT NOT NULL, ...', schema-include=true, startingOffsets=...",
     )
     stream.add_argument("--checkpoint", help="checkpoint directory (default: a temporary one)")
+    _kafka_timeout_flag(stream)
     stream.set_defaults(command=_stream)
     from cdcflow import ingest_cli  # here: it imports this module's helpers
 
@@ -165,10 +255,15 @@ def _inspect(args: argparse.Namespace) -> int:
 def _inspect_format(args: argparse.Namespace) -> int:
     factory = resolve_format(args.format)
     options = key_values(args.option, f"{args.format}.ignore-parse-errors=true")
+    if args.bootstrap_servers:
+        kafka = _kafka_options(options)
+        options = {key: value for key, value in options.items() if key not in kafka}
+    elif any(_is_kafka_option(key) for key in options):
+        raise CdcflowUsageError("Kafka options (kafka.*, startingOffsets, ...) need --bootstrap-servers")
     schema = parse_ddl(args.schema) if args.schema else None
     decoder = factory.create_decoder(options, schema, args.metadata)
     out = DecodeOutput()
-    for message in _messages(args):
+    for message in _messages(args, kafka if args.bootstrap_servers else {}):
         decoder.decode(message, out)
         _write_changes(out.changes, decoder, as_json=args.json)
         out.changes.clear()
@@ -179,17 +274,34 @@ def _inspect_format(args: argparse.Namespace) -> int:
         )
     for letter in out.dead_letters:
         print(f"cdcflow: dead letter {letter.message.origin()}: {letter.reason}", file=sys.stderr)
-    metrics = out.metrics
-    print(
-        f"cdcflow: {metrics.messages} messages, {metrics.changes} changes, {metrics.tombstones} tombstones, "
-        f"{metrics.events} side-output events, {metrics.filtered} filtered, "
-        f"{metrics.dead_letters} dead letters",
-        file=sys.stderr,
-    )
+    print(f"cdcflow: {accounting_line(out.metrics)}", file=sys.stderr)
     return 0
 
 
-def _messages(args: argparse.Namespace) -> Iterator[Message]:
+def accounting_line(metrics: FormatMetrics) -> str:
+    """What became of every message read; the outcomes add up to the messages unless one went missing."""
+    line = (
+        f"{metrics.messages} messages, {metrics.changes} changes: {metrics.changed_messages} with changes, "
+        f"{metrics.dead_letters} dead letters ({metrics.internal_errors} internal errors), "
+        f"{metrics.events} side-output events, {metrics.filtered} filtered, {metrics.tombstones} tombstones, "
+        f"{metrics.empty} empty"
+    )
+    missing = metrics.unaccounted()
+    return line if missing == 0 else f"{line}; UNACCOUNTED: {missing} messages (a cdcflow bug, please report)"
+
+
+def _is_kafka_option(key: str) -> bool:
+    from cdcflow.connectors.kafka_options import SOURCE_OPTIONS
+
+    lowered = key.strip().lower()
+    return lowered.startswith("kafka.") or lowered in SOURCE_OPTIONS
+
+
+def _kafka_options(given: dict[str, str]) -> dict[str, str]:
+    return {key: value for key, value in given.items() if _is_kafka_option(key)}
+
+
+def _messages(args: argparse.Namespace, kafka: dict[str, str]) -> Iterator[Message]:
     """The messages to inspect: a Kafka topic (read to its end now), a topic dump, or envelope lines."""
     if args.bootstrap_servers:
         import tempfile
@@ -197,21 +309,22 @@ def _messages(args: argparse.Namespace) -> Iterator[Message]:
         from cdcflow.connectors.replay import read_messages, record_topic
 
         options = {"kafka.bootstrap.servers": args.bootstrap_servers, "subscribe": ",".join(args.topic)}
+        options.update(kafka)
+        kafka_timeout_option(options, args.kafka_timeout)
         with tempfile.TemporaryDirectory(prefix="cdcflow-inspect-") as scratch:
             dump = str(Path(scratch) / "topic.dump.jsonl")
             record_topic(options, dump)
             yield from read_messages(dump)
         return
-    if args.file and args.file != "-" and Path(args.file).is_file():
-        from cdcflow.connectors.replay import is_dump, read_messages
-
-        if is_dump(args.file):
-            yield from read_messages(args.file)
-            return
     with _open(args.file) as (name, stream):
-        for number, line in enumerate(stream, start=1):
-            if line.strip():
-                yield Message(line.encode("utf-8"), file=name, line=number)
+        if args.file not in (None, "-"):
+            from cdcflow.connectors.replay import is_dump, read_messages
+
+            if is_dump(args.file):
+                yield from read_messages(args.file)
+                return
+        for number, line in _lines(stream):
+            yield Message(line, file=name, line=number)
 
 
 def _record(args: argparse.Namespace) -> int:
@@ -223,6 +336,7 @@ def _record(args: argparse.Namespace) -> int:
     if args.topic:
         options["subscribe"] = ",".join(args.topic)
     options.update(key_values(args.option, "kafka.client.id=recorder"))
+    kafka_timeout_option(options, args.kafka_timeout)
     summary = record_topic(options, args.output)
     print(f"cdcflow: {summary}", file=sys.stderr)
     return 0
@@ -231,7 +345,13 @@ def _record(args: argparse.Namespace) -> int:
 def _stream(args: argparse.Namespace) -> int:
     import tempfile
 
-    from cdcflow.connectors.job import local_session, stream_changelog
+    from cdcflow.connectors.job import (
+        check_local_dir,
+        check_source,
+        local_session,
+        spark_errors,
+        stream_changelog,
+    )
 
     options = key_values(args.option, "schema-include=true")
     if args.bootstrap_servers:
@@ -244,10 +364,16 @@ def _stream(args: argparse.Namespace) -> int:
         example = resources.files("cdcflow.examples").joinpath(DUMP_EXAMPLE)
         options["path"] = str(example)
         options.setdefault("schema-include", "true")
+    if any(key.strip().lower() == "kafka.bootstrap.servers" for key in options):
+        kafka_timeout_option(options, args.kafka_timeout)
+    if args.checkpoint:
+        check_local_dir(args.checkpoint, "--checkpoint")
+    check_source(args.source, options)
     with tempfile.TemporaryDirectory(prefix="cdcflow-checkpoint-") as scratch:
         spark = local_session()
         try:
-            batches = stream_changelog(spark, args.source, options, args.checkpoint or scratch)
+            with spark_errors():
+                batches = stream_changelog(spark, args.source, options, args.checkpoint or scratch)
         finally:
             spark.stop()
     print(f"cdcflow: {batches} micro-batch(es) read by {args.source}", file=sys.stderr)
@@ -260,12 +386,14 @@ def key_values(entries: list[str], example: str) -> dict[str, str]:
     for entry in entries:
         key, sep, value = entry.partition("=")
         if not sep:
-            raise CdcflowError(f"--option '{entry}' must look like KEY=VALUE, e.g. {example}")
+            raise CdcflowError(f"--option '{shown_entry(entry)}' must look like KEY=VALUE, e.g. {example}")
         options[key.strip()] = value
     return options
 
 
 def _write_changes(changes: list[Change], decoder: Decoder, *, as_json: bool) -> None:
+    if not changes:
+        return  # with schema-include, the decoder knows its columns once a message had a schema block
     out = sys.stdout
     # A FLOAT holds a 32-bit value: write its shortest text (0.8), as Flink does, not the double's.
     floats = {f.name for f in decoder.schema if f.type.kind is TypeKind.FLOAT}
@@ -298,24 +426,24 @@ def _op_mapping(entries: list[str] | None) -> dict[str, str] | None:
 
 
 class _open:
-    """The input file, stdin, or the bundled example, as a context manager."""
+    """The input file, stdin, or the bundled example, as a context manager over its bytes."""
 
     def __init__(self, file: str | None) -> None:
         self.file = file
-        self._handle: IO[str] | None = None
+        self._handle: IO[bytes] | None = None
 
-    def __enter__(self) -> tuple[str, IO[str]]:
+    def __enter__(self) -> tuple[str, IO[bytes]]:
         if self.file == "-":
-            return "<stdin>", sys.stdin
+            return "<stdin>", sys.stdin.buffer
         if self.file is None:
             example = resources.files("cdcflow") / "examples" / EXAMPLE
             print(f"cdcflow: no FILE given, inspecting the bundled example {EXAMPLE}", file=sys.stderr)
-            self._handle = example.open("r", encoding="utf-8")
+            self._handle = example.open("rb")
             return EXAMPLE, self._handle
         path = Path(self.file)
         if not path.is_file():
-            raise CdcflowError(f"{self.file}: no such file; pass a JSON-lines file of change records")
-        self._handle = path.open("r", encoding="utf-8")
+            raise CdcflowUsageError(f"{self.file}: no such file; pass a JSON-lines file of change records")
+        self._handle = path.open("rb")
         return self.file, self._handle
 
     def __exit__(self, *exc: object) -> None:
@@ -323,12 +451,23 @@ class _open:
             self._handle.close()
 
 
-def _json_lines(name: str, stream: IO[str]) -> Iterator[dict[str, Any]]:
+def _lines(stream: IO[bytes]) -> Iterator[tuple[int, bytes]]:
+    """The non-blank lines and their numbers, as the Spark sources read files: a line ends at ``\\n``
+    only (``\\r\\n`` is stripped, a ``\\r`` inside a line is data) and its bytes are kept as they are."""
     for number, line in enumerate(stream, start=1):
-        if not line.strip():
-            continue
+        if line.strip():
+            yield number, line.rstrip(b"\r\n")
+
+
+def _json_lines(name: str, stream: IO[bytes]) -> Iterator[dict[str, Any]]:
+    for number, line in _lines(stream):
         try:
-            record = json.loads(line)
+            record = json.loads(line.decode("utf-8"))
+        except UnicodeDecodeError as error:
+            raise ChangelogDataError(
+                f"{name}:{number}: not valid UTF-8 (byte 0x{line[error.start]:02x} at byte "
+                f"{error.start + 1}); each line must hold one JSON object in UTF-8"
+            ) from None
         except json.JSONDecodeError as error:
             raise ChangelogDataError(
                 f"{name}:{number}: not valid JSON ({error.msg} at column {error.colno}); each line must "

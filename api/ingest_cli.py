@@ -10,8 +10,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cdcflow.cli import DUMP_EXAMPLE, key_values
-from cdcflow.core import CdcflowError
+from cdcflow.cli import DUMP_EXAMPLE, CdcflowUsageError, kafka_timeout_option, key_values
 from cdcflow.formats.redact import redact
 
 DEMO_DIR = "cdcflow-demo"
@@ -36,6 +35,7 @@ SETTINGS = (
     "on_truncate",
     "max_offsets_per_trigger",
     "max_bytes_per_trigger",
+    "kafka_timeout",
 )
 
 
@@ -94,6 +94,13 @@ def add_parser(commands: Any) -> None:
         metavar="BYTES",
         help="recorded files: about BYTES of input per micro-batch (default 64 MiB; 0 = no limit)",
     )
+    ingest.add_argument(
+        "--kafka-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="give up on unreachable Kafka brokers after SECONDS (default 30); the option "
+        "kafkaConsumer.pollTimeoutMs sets it in milliseconds",
+    )
     ingest.add_argument("--show", action="store_true", help="print the table at the end (demo default)")
     ingest.set_defaults(command=run)
 
@@ -106,9 +113,23 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         value = getattr(args, name, None)
         if value is not None:
             merged[name] = value
-    options = {str(k): str(v) for k, v in dict(merged.pop("options", {}) or {}).items()}
+    options = _flat_options(merged.pop("options", None) or {})
+    args.config_options = options  # the file's secrets, for the error messages of the command line
     merged["options"] = options | key_values(args.option, "schema-include=true")
     return merged
+
+
+def _flat_options(table: Any, prefix: str = "") -> dict[str, str]:
+    """The config file's ``[options]``: TOML reads ``kafka.sasl.password = "..."`` as nested tables."""
+    if not isinstance(table, dict):
+        raise CdcflowUsageError('--config: options must be a table: [options] then lines like key = "value"')
+    flat: dict[str, str] = {}
+    for key, value in table.items():
+        if isinstance(value, dict):
+            flat.update(_flat_options(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = str(value)
+    return flat
 
 
 def _read_config(path: str) -> dict[str, Any]:
@@ -116,12 +137,12 @@ def _read_config(path: str) -> dict[str, Any]:
         with open(path, "rb") as handle:
             data = tomllib.load(handle)
     except (OSError, tomllib.TOMLDecodeError) as error:
-        raise CdcflowError(f"--config {path}: {error}") from None
+        raise CdcflowUsageError(f"--config {path}: {error}") from None
     settings = {key.replace("-", "_"): value for key, value in data.items()}
     unknown = sorted(set(settings) - {*SETTINGS, "options"})
     if unknown:
         valid = ", ".join(name.replace("_", "-") for name in (*SETTINGS, "options"))
-        raise CdcflowError(f"--config {path}: unknown settings {', '.join(unknown)}; valid: {valid}")
+        raise CdcflowUsageError(f"--config {path}: unknown settings {', '.join(unknown)}; valid: {valid}")
     return settings
 
 
@@ -140,7 +161,9 @@ def config_from(merged: dict[str, Any]) -> tuple[Any, bool]:
         merged.setdefault("checkpoint", str(Path(DEMO_DIR) / "checkpoint"))
     for required in ("key", "target", "checkpoint"):
         if not merged.get(required):
-            raise CdcflowError(f"ingest needs --{required}")
+            raise CdcflowUsageError(f"ingest needs --{required}")
+    if merged.get("bootstrap_servers"):
+        kafka_timeout_option(merged["options"], _float(merged.get("kafka_timeout"), "kafka-timeout"))
     topics = merged.get("topic") or ()
     return (
         IngestConfig(
@@ -169,6 +192,15 @@ def config_from(merged: dict[str, Any]) -> tuple[Any, bool]:
     )
 
 
+def _float(value: Any, setting: str) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise CdcflowUsageError(f"{setting}: expected a number of seconds, not {value!r}") from None
+
+
 def _names(value: Any) -> tuple[str, ...]:
     items = value if isinstance(value, list | tuple) else str(value).split(",")
     return tuple(str(item).strip() for item in items if str(item).strip())
@@ -180,9 +212,9 @@ def _count(value: Any) -> int | None:
     try:
         number = int(value)
     except ValueError:
-        raise CdcflowError(f"expected a whole number, not {value!r}") from None
+        raise CdcflowUsageError(f"expected a whole number, not {value!r}") from None
     if number < 0:
-        raise CdcflowError(f"expected 0 (no limit) or a positive number, not {number}")
+        raise CdcflowUsageError(f"expected 0 (no limit) or a positive number, not {number}")
     return number
 
 
@@ -192,17 +224,22 @@ def _seconds(value: Any, default: T) -> timedelta | T:
     try:
         return timedelta(seconds=float(value))
     except ValueError:
-        raise CdcflowError(f"expected a number of seconds, not {value!r}") from None
+        raise CdcflowUsageError(f"expected a number of seconds, not {value!r}") from None
 
 
 def run(args: argparse.Namespace) -> int:
+    from cdcflow.connectors.job import check_local_dir, check_source, spark_errors
     from cdcflow.connectors.lakehouse.ingest import ingest
 
     config, demo = config_from(settings(args))
     source = config.path or f"{config.bootstrap_servers} {','.join(config.topics)}"
     shown = f"{config.format} from {redact(source)} into {redact(config.target)}"
     print(f"cdcflow ingest: {shown}", file=sys.stderr)
-    summary = ingest(config)
+    check_local_dir(config.checkpoint, "--checkpoint")
+    check_local_dir(config.target, "--target")
+    check_source(config.source, config.source_options())
+    with spark_errors():
+        summary = ingest(config)
     print(f"cdcflow ingest: done: {summary}", file=sys.stderr)
     if demo or args.show:
         print_table(config.target, config.key)

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import fields
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdcflow.connectors.columnar import ColumnarDecoder
+from cdcflow.connectors.accounting import MessageCounts, write_counts
+from cdcflow.connectors.columnar import ColumnarBatch, ColumnarDecoder
 from cdcflow.connectors.dead_letters import DeadLetterWriter
 from cdcflow.connectors.metadata import metadata_array
 from cdcflow.connectors.read_plan import ReadPlan
@@ -18,7 +22,7 @@ from cdcflow.connectors.replay import lines_before, read_line_chunks
 from cdcflow.connectors.spark_types import ChangeBatchBuilder, arrow_schema, struct_type
 from cdcflow.core.model import Change
 from cdcflow.core.rowkind import RowKind
-from cdcflow.formats.base import ControlEvent, DecodeOutput, Message
+from cdcflow.formats.base import ControlEvent, DecodeOutput, FormatMetrics, Message
 
 logger = logging.getLogger(__name__)
 
@@ -27,10 +31,17 @@ BLOCK_SIZE = 8192
 
 class BatchDecoder:
     """Decodes one input partition. The columnar path is used where the format has one; a block it
-    cannot take (a placeholder, a parse error, a control event) goes through the per-message decoder."""
+    cannot take (a placeholder, a parse error, a control event) goes through the per-message decoder.
 
-    def __init__(self, plan: ReadPlan) -> None:
+    ``range_name`` names the input range (:func:`~cdcflow.connectors.accounting.range_name`): its dead
+    letters and counts are committed under it once the range is read, so a retry replaces them.
+    """
+
+    def __init__(self, plan: ReadPlan, range_name: str | None = None) -> None:
         self.plan = plan
+        self.range_name = range_name or uuid.uuid4().hex
+        self.metrics = FormatMetrics()
+        """What became of the messages read so far (every one lands in exactly one outcome counter)."""
         self.decoder = plan.decoder
         self.target = arrow_schema(plan.output)
         decoded = plan.decoded_columns
@@ -44,22 +55,44 @@ class BatchDecoder:
         self._columnar = ColumnarDecoder.for_decoder(
             plan.decoder, canonical, row_kind_column=plan.row_kind_column
         )
-        self._dead_letters = DeadLetterWriter(plan.dead_letters) if plan.dead_letters is not None else None
+        self._dead_letters = (
+            DeadLetterWriter(plan.dead_letters, self.range_name) if plan.dead_letters is not None else None
+        )
         self._unfilled = 0
 
     def batches(self, messages: Iterable[Message]) -> Iterator[pa.RecordBatch]:
         iterator = iter(messages)
-        try:
+        with self._range():
             while block := list(itertools.islice(iterator, BLOCK_SIZE)):
                 batch = self._decode_block(block)
                 if batch is not None and batch.num_rows:
                     yield batch
-        finally:
-            self._close()
 
-    def _close(self) -> None:
+    @contextlib.contextmanager
+    def _range(self) -> Iterator[None]:
+        """Reading the range: commit its dead letters and counts when it is read to its end, drop them
+        when the read fails (Spark retries the task, or the query restarts, and writes them then)."""
+        try:
+            yield
+        except BaseException:
+            if self._dead_letters is not None:
+                self._dead_letters.abort()
+            raise
+        else:
+            self._commit()
+        finally:
+            self._warn_unfilled()
+
+    def _commit(self) -> None:
         if self._dead_letters is not None:
-            self._dead_letters.close()
+            self._dead_letters.commit()
+        counts = MessageCounts.of(self.metrics)
+        if self.plan.accounting_path is not None:
+            write_counts(self.plan.accounting_path, self.range_name, counts)
+        log = logger.info if counts.read == counts.accounted() else logger.warning
+        log("input range %s: %s", self.range_name, counts)
+
+    def _warn_unfilled(self) -> None:
         if self._unfilled and "unavailable_columns" not in self.plan.decoded_columns:
             logger.warning(
                 "%d value(s) Debezium did not send (unchanged TOAST) could not be filled in this input "
@@ -84,10 +117,11 @@ class BatchDecoder:
         assert self._columnar is not None  # noqa: S101 - callers check reads_lines
         needed = "line" in self.plan.connector_metadata
         line_counter = _LineCounter(path, needed=needed, lines_before=lines_before)
-        try:
+        with self._range():
             for position, chunk in read_line_chunks(path, start, end):
                 result = self._columnar.decode_lines(chunk)
                 if result is not None:
+                    self._count_columnar(result, messages=None)
                     if result.rows.num_rows:
                         first_line = line_counter.first_line_of(position, chunk)
                         yield self._arrange_lines(result.rows, result.message_index, path, first_line)
@@ -104,8 +138,16 @@ class BatchDecoder:
                     batch = self._decode_block(messages[offset : offset + BLOCK_SIZE], columnar=False)
                     if batch is not None and batch.num_rows:
                         yield batch
-        finally:
-            self._close()
+
+    def _count_columnar(self, result: ColumnarBatch, messages: int | None) -> None:
+        """Count a block the columnar path decoded: every message in it gave rows or is a tombstone
+        (blank lines of a file are no messages)."""
+        changed = pc.count_distinct(result.message_index).as_py() if len(result.message_index) else 0
+        metrics = self.metrics
+        metrics.messages += changed if messages is None else messages
+        metrics.changed_messages += changed
+        metrics.changes += result.rows.num_rows
+        metrics.tombstones += 0 if messages is None else messages - changed
 
     def _arrange_lines(
         self, rows: pa.RecordBatch, origins: pa.Array, path: str, first_line: int
@@ -126,6 +168,7 @@ class BatchDecoder:
             # Keys, because a decoder that fills unchanged values keeps its state per Kafka key.
             result = self._columnar.decode([m.value for m in block], [m.key for m in block])
             if result is not None:
+                self._count_columnar(result, messages=len(block))
                 return self._arrange(result.rows, result.message_index, block)
         out = DecodeOutput()
         origins: list[int] = []
@@ -136,6 +179,12 @@ class BatchDecoder:
             origins.extend(itertools.repeat(index, len(out.changes) - before))
             event_origins.extend(itertools.repeat(index, len(out.events) - events))
         self._unfilled += out.metrics.unavailable_values
+        for counter in fields(FormatMetrics):
+            setattr(
+                self.metrics,
+                counter.name,
+                getattr(self.metrics, counter.name) + getattr(out.metrics, counter.name),
+            )
         if out.dead_letters and self._dead_letters is not None:
             self._dead_letters.write(out.dead_letters)
         if self.plan.control_column is None:

@@ -14,12 +14,16 @@ when run again with the same one.
 from __future__ import annotations
 
 import os
+import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 import pyarrow.compute as pc
 
+from cdcflow.connectors.errors import ConnectorError, ConnectorOptionError
 from cdcflow.connectors.session import cdcflow_spark_config
 from cdcflow.connectors.source_options import CONTROL_COLUMN
 from cdcflow.connectors.spark_types import changes_from_arrow, schema_of_struct
@@ -27,8 +31,100 @@ from cdcflow.formats import render_change
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
 
 ORIGIN_COLUMNS = ("topic", "partition", "offset")
+_OUR_ERROR = re.compile(r"^(?:[\w.]*\.)?cdcflow\.[\w.]*?\.(\w+): (.+)$", re.MULTILINE)
+_USAGE_ERRORS = frozenset(
+    {"ConnectorOptionError", "FormatOptionError", "UnknownFormatError", "ChangelogValidationError"}
+)
+
+
+class SparkJobError(ConnectorError, RuntimeError):
+    """A Spark query failed: the cdcflow error inside Spark's wrapping (else Spark's first line)."""
+
+    def __init__(self, message: str, *, usage_error: bool = False) -> None:
+        super().__init__(message)
+        self.usage_error = usage_error
+
+
+def spark_failure(error: BaseException) -> SparkJobError:
+    """The one line that matters in an error Spark raised: the cdcflow error it wraps (a Python worker's
+    traceback inside a Java stack trace inside a ``StreamingQueryException``), or Spark's own message."""
+    text = str(error)
+    found = _OUR_ERROR.search(text)
+    if found is not None:
+        return SparkJobError(found.group(2).strip(), usage_error=found.group(1) in _USAGE_ERRORS)
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(error).__name__)
+    return SparkJobError(f"Spark failed: {first[:1000]}")
+
+
+@contextmanager
+def spark_errors() -> Iterator[None]:
+    """Turn errors raised through Spark (Py4J, captured JVM exceptions) into :class:`SparkJobError`."""
+    from py4j.protocol import Py4JError  # type: ignore[import-untyped]
+    from pyspark.errors import PySparkException
+
+    try:
+        yield
+    except (PySparkException, Py4JError) as error:
+        raise spark_failure(error) from error
+
+
+def stop_quietly(query: StreamingQuery) -> None:
+    """Stop ``query`` after a Ctrl-C: without a second interrupt breaking the stop, and without the
+    tracebacks Py4J logs for the call the interrupt cut short."""
+    import contextlib
+    import logging
+    import signal
+    import threading
+
+    py4j = logging.getLogger("py4j")
+    level = py4j.level
+    py4j.setLevel(logging.CRITICAL)
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
+    try:
+        with contextlib.suppress(Exception):  # a cut connection: the query stops with its session
+            query.stop()
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+        py4j.setLevel(level)
+
+
+def check_local_dir(path: str, flag: str) -> None:
+    """Fail now, before Spark starts, when the local directory ``path`` cannot be created or written."""
+    if "://" in path and not path.startswith("file:"):
+        return  # a remote store: Spark's file system reports its own errors
+    target = Path(path.removeprefix("file://").removeprefix("file:")).absolute()
+    existing = target
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    problem = None
+    if not existing.is_dir():
+        problem = f"{existing} is a file, not a directory"
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        problem = f"{existing} is not writable"
+    if problem is not None:
+        raise ConnectorOptionError(
+            f"{flag} {path}: cannot be written ({problem}); choose a writable directory"
+        )
+
+
+def check_source(source: str, options: Mapping[str, str]) -> None:
+    """Check a ``cdc-*`` source's options (and reach its Kafka cluster) before a Spark session starts, as
+    the source itself does on the driver, so a mistake is one clear error instead of Spark's traces."""
+    from cdcflow.connectors import kafka_client
+    from cdcflow.connectors.read_plan import KafkaInput, plan_read
+    from cdcflow.connectors.sources import SOURCES
+
+    by_name = {s.short_name: s.format_name for s in SOURCES}
+    if source not in by_name:
+        raise ConnectorOptionError(f"--source {source!r} is not one of {', '.join(by_name)}")
+    plan = plan_read(by_name[source], options, None)
+    if isinstance(plan.input, KafkaInput):
+        kafka_client.discover_partitions(plan.input.options)
 
 
 def local_session(app_name: str = "cdcflow") -> SparkSession:
@@ -46,7 +142,15 @@ def local_session(app_name: str = "cdcflow") -> SparkSession:
     }.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
+    # A failed query's error reaches the caller; Spark's own ERROR lines would repeat it with stack traces.
+    session.sparkContext.setLogLevel("FATAL")
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        # PySpark's handler cancels the jobs through Py4J from inside the interrupted Py4J call, which
+        # logs tracebacks; a plain KeyboardInterrupt lets the caller stop its query (see stop_quietly).
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     return session
 
 
@@ -95,6 +199,9 @@ def stream_changelog(
         .trigger(availableNow=True)
         .start()
     )
-    query.awaitTermination()
+    try:
+        query.awaitTermination()
+    except KeyboardInterrupt:
+        stop_quietly(query)
     batch_ids = [progress["batchId"] for progress in query.recentProgress]
     return len(set(batch_ids))

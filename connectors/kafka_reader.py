@@ -9,6 +9,8 @@ are skipped silently, as in Spark.
 from __future__ import annotations
 
 import logging
+import re
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -23,10 +25,38 @@ if TYPE_CHECKING:
     from confluent_kafka import Consumer, KafkaError
     from confluent_kafka import Message as KafkaMessage
 
+    from cdcflow.connectors.kafka_options import _RedactingLogger
+
 log = logging.getLogger("cdcflow.connectors.kafka")
 
 _BATCH_SIZE = 5000
 _POLL_SLICE_S = 0.2
+CLIENT_LOG_REPEAT_S = 60.0
+"""librdkafka repeats a failing connection attempt every second or so: each distinct line (numbers
+aside) is logged at most once per this many seconds, per process."""
+_DIGITS = re.compile(r"\d+")
+
+
+class _OnceLogger:
+    """What librdkafka's ``logger`` setting calls, passing each distinct line on once per period."""
+
+    last_logged: dict[str, float] = {}  # shared by every client of the process
+    _lock = threading.Lock()
+
+    def __init__(self, inner: _RedactingLogger) -> None:
+        self.inner = inner
+
+    def log(self, level: int, message: str, *args: object) -> None:
+        text = message % args if args else message
+        key, now = _DIGITS.sub("#", text), time.monotonic()
+        with self._lock:
+            last = self.last_logged.get(key)
+            if last is not None and now - last < CLIENT_LOG_REPEAT_S:
+                return
+            if len(self.last_logged) >= 1024:
+                self.last_logged.clear()
+            self.last_logged[key] = now
+        self.inner.log(level, "%s", text)
 
 
 def new_consumer(options: KafkaOptions, on_error: Callable[[KafkaError], None] | None = None) -> Consumer:
@@ -47,7 +77,7 @@ def new_consumer(options: KafkaOptions, on_error: Callable[[KafkaError], None] |
             "enable.auto.offset.store": False,
             "auto.offset.reset": "error",
             "enable.partition.eof": True,
-            "logger": options.client.redacting(log),
+            "logger": _OnceLogger(options.client.redacting(log)),
         }
     )
     if on_error is not None:

@@ -66,6 +66,8 @@ class ReadPlan:
     max_offsets_per_trigger: int
     max_bytes_per_trigger: int
     max_records_per_partition: int
+    accounting_path: str | None = None
+    """Where each input range's message counts go (``accountingPath``), or None."""
 
 
 def plan_read(format_name: str, raw: Mapping[str, str], user_schema: st.StructType | None) -> ReadPlan:
@@ -126,6 +128,7 @@ def plan_read(format_name: str, raw: Mapping[str, str], user_schema: st.StructTy
         max_offsets_per_trigger=options.get("maxOffsetsPerTrigger"),
         max_bytes_per_trigger=options.get("maxBytesPerTrigger"),
         max_records_per_partition=max(1, options.get("maxRecordsPerPartition")),
+        accounting_path=_local_directory(options, "accountingPath"),
     )
 
 
@@ -173,6 +176,16 @@ def _input(options: SplitOptions) -> ReplayInput | KafkaInput:
             "read Kafka, or load(path) to replay recorded files"
         )
     return KafkaInput(kafka_client.KafkaOptions.parse(options.kafka))
+
+
+def _local_directory(options: SplitOptions, key: str) -> str | None:
+    path: str | None = options.get(key)
+    if path is not None and "://" in path.removeprefix("file://"):
+        raise ConnectorOptionError(
+            f"{key} '{redact(path)}': each executor writes it with local file I/O, so it must be a local "
+            "or mounted shared directory, not a URL"
+        )
+    return None if path is None else path.removeprefix("file://")
 
 
 def _dead_letters(options: SplitOptions, factory: FormatFactory) -> DeadLetterTarget | None:

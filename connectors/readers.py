@@ -20,6 +20,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from cdcflow.connectors import kafka_client, replay
+from cdcflow.connectors.accounting import range_name
 from cdcflow.connectors.decode_batches import BatchDecoder
 from cdcflow.connectors.errors import ReplayFormatError, SchemaChangedError
 from cdcflow.connectors.read_plan import KafkaInput, ReadPlan, ReplayInput, columns_ddl
@@ -67,10 +68,18 @@ def _messages(plan: ReadPlan, split: FileRange | kafka_client.OffsetRange) -> It
 def _read(plan: ReadPlan, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     assert isinstance(partition, CdcInputPartition)  # noqa: S101 - built by this module
     split = partition.split
-    decoder = BatchDecoder(plan)
+    decoder = BatchDecoder(plan, _range_name(split))
     if isinstance(split, FileRange) and decoder.reads_lines and not replay.is_dump(split.path):
         return _schema_checked(decoder.file_batches(split.path, split.start, split.end, split.lines_before))
     return _schema_checked(decoder.batches(_messages(plan, split)))
+
+
+def _range_name(split: FileRange | kafka_client.OffsetRange) -> str:
+    """The same range always has the same name: a retried task or a restarted micro-batch replaces
+    its dead letters and counts rather than adding to them."""
+    if isinstance(split, FileRange):
+        return range_name(split.path, None, split.start, split.end)
+    return range_name(split.topic, split.partition, split.start, split.end)
 
 
 def _schema_checked(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

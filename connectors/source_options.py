@@ -62,6 +62,14 @@ CONNECTOR_OPTIONS: tuple[Option[Any], ...] = (
     ),
     Option("deadLetterTopic", optional_string, None, "Kafka topic for rejected records"),
     Option(
+        "accountingPath",
+        optional_string,
+        None,
+        "Directory for what became of each input range's messages (one JSON file per range: read, "
+        "with changes, dead letters, control events, filtered, tombstones, empty), local or mounted on "
+        "every executor; cdcflow ingest sets it in its checkpoint",
+    ),
+    Option(
         "controlEvents",
         choice(ControlEvents),
         ControlEvents.SKIP,

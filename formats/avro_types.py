@@ -21,7 +21,7 @@ from decimal import Decimal
 from typing import Any
 
 from cdcflow.formats import connect, values
-from cdcflow.formats.errors import FieldError, SchemaError
+from cdcflow.formats.errors import FieldError, SchemaError, excerpt
 from cdcflow.formats.types import DataType, Field, Schema, TypeKind, atomic
 from cdcflow.formats.values import EXACT, Converter
 
@@ -122,7 +122,7 @@ def column_type(schema: AvroSchema, path: str) -> tuple[DataType, Converter]:
         map_type = DataType(TypeKind.MAP, key=atomic(TypeKind.STRING), value=value_type)
         return map_type, _map(values.converter(atomic(TypeKind.STRING)), convert_value)
     if name == connect.CONNECT_DECIMAL or attributes.get("logicalType") == "decimal":
-        return _decimal(attributes)
+        return _decimal(attributes, path)
     connect_type = attributes.get("connect.type") or _CONNECT_PRIMITIVES.get(str(kind))
     if connect_type is None:
         raise SchemaError(f"field '{path}': unsupported Avro type {_describe(schema)}")
@@ -140,26 +140,48 @@ def _is_map_entry(record: Mapping[str, Any]) -> bool:
     return names == ["key", "value"] and str(record.get("name", "")).startswith(MAP_ENTRY)
 
 
-def _decimal(attributes: Mapping[str, Any]) -> tuple[DataType, Converter]:
+def _decimal(attributes: Mapping[str, Any], path: str) -> tuple[DataType, Converter]:
     parameters = attributes.get("connect.parameters") or {}
-    scale = int(parameters.get("scale", attributes.get("scale", 0)))
+    if not isinstance(parameters, Mapping):
+        raise SchemaError(f"field '{path}': 'connect.parameters' must be an object")
+    scale = _integer(parameters.get("scale", attributes.get("scale", 0)), "scale", path)
     # AvroConverter writes precision 64 when Connect gave none; Spark's limit is 38.
-    precision = int(parameters.get("connect.decimal.precision", attributes.get("precision", _MAX_PRECISION)))
+    precision = _integer(
+        parameters.get("connect.decimal.precision", attributes.get("precision", _MAX_PRECISION)),
+        "precision",
+        path,
+    )
+    if not 0 <= scale <= values.MAX_DECIMAL_SCALE or precision < 1:
+        raise SchemaError(f"field '{path}': a decimal takes a precision >= 1 and a scale from 0 to 10,000")
     data_type = atomic(TypeKind.DECIMAL, max(min(precision, _MAX_PRECISION), scale, 1), scale)
     fit = values.converter(data_type)
+    bound = data_type.precision
 
     def convert(value: Any) -> Any:
         if isinstance(value, bytes):
-            return fit(values.decimal_from_bytes(value, scale))
+            return fit(values.decimal_from_bytes(value, scale, bound))
         return fit(value)
 
     return data_type, convert
 
 
+def _integer(value: Any, what: str, path: str) -> int:
+    """A decimal's scale or precision: an integer, or its text (Connect's parameters are strings)."""
+    if value.__class__ is int:
+        return int(value)
+    if isinstance(value, str) and value.strip().isdigit() and len(value) <= 20:
+        return int(value)
+    raise SchemaError(f"field '{path}': the decimal's {what} must be an integer, got {excerpt(value)}")
+
+
 def _variable_decimal(value: Any) -> Decimal:
-    if not isinstance(value, Mapping) or not isinstance(value.get("value"), bytes):
+    if (
+        not isinstance(value, Mapping)
+        or not isinstance(value.get("value"), bytes)
+        or value.get("scale").__class__ is not int
+    ):
         raise FieldError("", f"expected a VariableScaleDecimal record, got {type(value).__name__}")
-    return values.decimal_from_bytes(value["value"], int(value["scale"]))
+    return values.decimal_from_bytes(value["value"], value["scale"])
 
 
 def _array(element: Converter) -> Converter:

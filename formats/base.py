@@ -7,6 +7,7 @@ per-record :class:`Decoder` / :class:`Encoder` built from it.
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from contextvars import ContextVar
@@ -15,11 +16,20 @@ from typing import Any
 
 import orjson
 
-from cdcflow.core.errors import ChangelogDataError
+from cdcflow.core.errors import CdcflowError, ChangelogDataError
 from cdcflow.core.model import Change
 from cdcflow.core.params import plan_to_changelog
 from cdcflow.core.to_envelopes import ToChangelog
-from cdcflow.formats.errors import DecodeError, FieldError, FormatOptionError, NewColumnsError
+from cdcflow.formats.errors import (
+    MAX_REASON,
+    DecodeError,
+    FieldError,
+    FormatOptionError,
+    NewColumnsError,
+    SchemaError,
+    SkippedRecord,
+    exception_text,
+)
 from cdcflow.formats.options import Option, boolean
 from cdcflow.formats.types import DataType, Field, Schema
 from cdcflow.formats.values import InexactNumber, loads_exact
@@ -82,14 +92,40 @@ class ControlEvent:
 
 @dataclass
 class FormatMetrics:
+    """What became of the messages a decoder read.
+
+    Every message lands in exactly one of ``changed_messages``, ``dead_letters``, ``events``,
+    ``filtered``, ``tombstones`` and ``empty``: :meth:`accounted` adds them up to ``messages``.
+    ``changes`` counts rows (an update is two), ``internal_errors`` the dead letters that are a bug in
+    cdcflow (also counted in ``dead_letters``).
+    """
+
     messages: int = 0
     tombstones: int = 0
     changes: int = 0
+    changed_messages: int = 0
     events: int = 0
     dead_letters: int = 0
+    internal_errors: int = 0
     filtered: int = 0
+    empty: int = 0
     unavailable_values: int = 0
     filled_values: int = 0
+
+    def accounted(self) -> int:
+        """The messages with an outcome; equals ``messages`` (see :meth:`unaccounted`)."""
+        return (
+            self.changed_messages
+            + self.dead_letters
+            + self.events
+            + self.filtered
+            + self.tombstones
+            + self.empty
+        )
+
+    def unaccounted(self) -> int:
+        """Messages read that no outcome counter holds: 0 unless a message went missing."""
+        return self.messages - self.accounted()
 
 
 @dataclass
@@ -128,9 +164,18 @@ class Decoder(ABC):
         """Return the changes of one message, a control event, or None for a filtered one."""
 
     def decode(self, message: Message, out: DecodeOutput) -> None:
+        """Decode one message into ``out``; whatever goes wrong inside the format, the message ends as
+        changes, a control event, a filtered or empty message, a tombstone or a dead letter (under
+        ``ignore_parse_errors``), else a :class:`DecodeError` with its coordinates.
+
+        Not dead-lettered, because the record is not at fault: :class:`NewColumnsError`, a
+        :class:`~cdcflow.core.errors.CdcflowError` such as an unreachable Schema Registry, and
+        MemoryError. An exception of another type is a bug in cdcflow: dead-lettered and counted in
+        ``internal_errors``, or raised as is when :data:`STRICT_DECODE_ENV` is set (the test suite).
+        """
         metrics = out.metrics
-        metrics.messages += 1
         if not self.reads_tombstones and (message.value is None or not message.value.strip()):
+            metrics.messages += 1
             metrics.tombstones += 1
             return
         try:
@@ -138,21 +183,26 @@ class Decoder(ABC):
         except NewColumnsError as error:
             error.origin = message.origin()
             raise
-        except (FieldError, ChangelogDataError, orjson.JSONDecodeError, UnicodeDecodeError) as error:
-            reason, path = _reason(error)
-            if not self.ignore_parse_errors:
-                raise DecodeError(
-                    self.format_name,
-                    message.origin(),
-                    reason,
-                    field=path,
-                    value=message.value,
-                    key=message.key,
-                    ignore_option=f"{self.format_name}.ignore-parse-errors",
-                ) from None
-            out.dead_letters.append(DeadLetter(message, self.format_name, reason, path))
-            metrics.dead_letters += 1
+        except SkippedRecord as error:
+            self._dead_letter(message, out, error.reason, error.field or None)
             return
+        except _RECORD_ERRORS as error:
+            reason, path = _reason(error)
+            self._reject(message, out, reason, path, None)
+            return
+        except (MemoryError, CdcflowError):
+            raise
+        except Exception as error:
+            if strict_decode():
+                raise
+            out.metrics.internal_errors += 1
+            reason = (
+                f"internal error in cdcflow ({type(error).__name__}: {exception_text(error, 300)}); "
+                "this is a cdcflow bug, please report it with this record"
+            )
+            self._reject(message, out, reason, None, error)
+            return
+        metrics.messages += 1
         if decoded is None:
             metrics.filtered += 1
             return
@@ -160,8 +210,32 @@ class Decoder(ABC):
             out.events.append(decoded)
             metrics.events += 1
             return
+        if not decoded:
+            metrics.empty += 1
+            return
         out.changes.extend(decoded)
+        metrics.changed_messages += 1
         metrics.changes += len(decoded)
+
+    def _reject(
+        self, message: Message, out: DecodeOutput, reason: str, path: str | None, cause: Exception | None
+    ) -> None:
+        if not self.ignore_parse_errors:
+            raise DecodeError(
+                self.format_name,
+                message.origin(),
+                _bounded(reason),
+                field=path,
+                value=message.value,
+                key=message.key,
+                ignore_option=f"{self.format_name}.ignore-parse-errors",
+            ) from cause
+        self._dead_letter(message, out, reason, path)
+
+    def _dead_letter(self, message: Message, out: DecodeOutput, reason: str, path: str | None) -> None:
+        out.dead_letters.append(DeadLetter(message, self.format_name, _bounded(reason), path))
+        out.metrics.messages += 1
+        out.metrics.dead_letters += 1
 
     def _decode_exactly_if_needed(self, message: Message, metrics: FormatMetrics) -> Decoded:
         try:
@@ -195,14 +269,39 @@ def check_new_columns(declared: Schema, seen: Schema) -> None:
         raise NewColumnsError(Schema(new))
 
 
+#: What a record can be at fault for: the dead-letter cases.
+_RECORD_ERRORS = (
+    FieldError,
+    DecodeError,
+    SchemaError,
+    ChangelogDataError,
+    orjson.JSONDecodeError,
+    UnicodeDecodeError,
+)
+
+#: Set to anything but "" or "0" (the test suite does, in ``tests/conftest.py``), an exception that is
+#: not the record's fault is raised as is instead of becoming a dead letter, so tests never hide a bug.
+STRICT_DECODE_ENV = "CDCFLOW_STRICT_DECODE"
+
+
+def strict_decode() -> bool:
+    return os.environ.get(STRICT_DECODE_ENV, "") not in ("", "0")
+
+
 def _reason(error: Exception) -> tuple[str, str | None]:
     if isinstance(error, FieldError):
         return error.reason, error.field or None
-    if isinstance(error, ChangelogDataError):
+    if isinstance(error, (ChangelogDataError, DecodeError)):
         return error.reason, error.field
     if isinstance(error, orjson.JSONDecodeError):
-        return f"not valid JSON ({error.msg} at character {error.pos})", None
-    return f"not UTF-8 text ({error})", None
+        return f"not valid JSON ({str(error.msg)[:200]} at character {error.pos})", None
+    if isinstance(error, UnicodeDecodeError):
+        return f"not UTF-8 text ({exception_text(error)})", None
+    return exception_text(error), None
+
+
+def _bounded(reason: str) -> str:
+    return reason if len(reason) <= MAX_REASON else reason[:MAX_REASON] + "..."
 
 
 _EXACT_NUMBERS: ContextVar[bool] = ContextVar("cdcflow_exact_numbers", default=False)

@@ -43,7 +43,7 @@ from cdcflow.formats.base import (
     output_schema,
     parse_json_object,
 )
-from cdcflow.formats.errors import FieldError
+from cdcflow.formats.errors import FieldError, excerpt
 from cdcflow.formats.flat_json_common import (
     DEFAULT_OVERRIDES,
     ConverterFactory,
@@ -68,6 +68,7 @@ from cdcflow.formats.jsonenc import (
     format_timestamp,
     value_encoder,
 )
+from cdcflow.formats.lru import SCHEMA_CACHE_SIZE, LruCache
 from cdcflow.formats.types import (
     INT,
     INTEGER_KINDS,
@@ -250,7 +251,7 @@ def _latin1(value: Any) -> bytes:
         except UnicodeEncodeError:
             pass
     raise FieldError(
-        "", f"expected binary data as ISO-8859-1 text (as Canal writes it), got {str(value)[:40]!r}"
+        "", f"expected binary data as ISO-8859-1 text (as Canal writes it), got {excerpt(value, 40)}"
     )
 
 
@@ -295,7 +296,9 @@ class CanalJsonDecoder(Decoder):
         self._declared = ImageReader(config.schema, CANAL_OVERRIDES) if config.schema is not None else None
         if config.schema is not None:
             self.schema = output_schema(config.schema, METADATA, config.metadata)
-        self._by_mysql_types: dict[bytes, tuple[ImageReader, Schema, Schema]] = {}
+        self._by_mysql_types: LruCache[bytes, tuple[ImageReader, Schema, Schema]] = LruCache(
+            SCHEMA_CACHE_SIZE
+        )
 
     def __reduce__(self) -> tuple[Callable[..., CanalJsonDecoder], tuple[FlatJsonConfig]]:
         return type(self), (self.config,)
@@ -309,6 +312,8 @@ class CanalJsonDecoder(Decoder):
         if not self._included(envelope):
             return None
         kind = envelope.get("type")
+        if kind is not None and not isinstance(kind, str):
+            raise FieldError("type", f"the Canal message type must be a string, got {excerpt(kind)}")
         if envelope.get("isDdl") is True or kind in DDL_TYPES:
             return ControlEvent(
                 _ddl_kind(kind), message, envelope, read_metadata(self.config.metadata, SOURCES, envelope)
@@ -320,8 +325,8 @@ class CanalJsonDecoder(Decoder):
         if kind not in ROW_TYPES:
             raise FieldError(
                 "type",
-                f"unknown Canal message type {kind!r}: expected one of INSERT, UPDATE, DELETE, INIT or a DDL "
-                f"type ({', '.join(sorted(DDL_TYPES))})",
+                f"unknown Canal message type {excerpt(kind)}: expected one of INSERT, UPDATE, DELETE, INIT "
+                f"or a DDL type ({', '.join(sorted(DDL_TYPES))})",
             )
         reader = self._reader(envelope)
         data = envelope.get("data")
@@ -350,7 +355,7 @@ class CanalJsonDecoder(Decoder):
     @staticmethod
     def _updates(reader: ImageReader, rows: list[Row], old: Any) -> list[Change]:
         if not isinstance(old, list) or len(old) != len(rows):
-            found = f"{len(old)} old images" if isinstance(old, list) else f"old = {old!r}"
+            found = f"{len(old)} old images" if isinstance(old, list) else f"old = {excerpt(old)}"
             raise FieldError(
                 "old",
                 f"an UPDATE needs one old image per data row ({len(rows)}), found {found}",
@@ -381,13 +386,18 @@ class CanalJsonDecoder(Decoder):
 
     def _columns(self, types: Mapping[str, Any]) -> tuple[ImageReader, Schema, Schema]:
         """The reader, output schema and columns a ``mysqlType`` object describes."""
-        fingerprint = orjson.dumps(types)
+        try:
+            fingerprint = orjson.dumps(types)
+        except orjson.JSONEncodeError:  # nested deeper than orjson writes: no type name is
+            raise FieldError("mysqlType", "the MySQL types must be text, got values nested deeply") from None
         cached = self._by_mysql_types.get(fingerprint)
         if cached is None:
             fields = []
             for name, text in types.items():
                 if not isinstance(text, str):
-                    raise FieldError(f"mysqlType.{name}", f"a MySQL type name must be text, got {text!r}")
+                    raise FieldError(
+                        f"mysqlType.{name}", f"a MySQL type name must be text, got {excerpt(text)}"
+                    )
                 fields.append(Field(name, mysql_type(text)))
             physical = Schema(tuple(fields))
             cached = (
@@ -395,7 +405,7 @@ class CanalJsonDecoder(Decoder):
                 output_schema(physical, METADATA, self.config.metadata),
                 physical,
             )
-            self._by_mysql_types[fingerprint] = cached
+            self._by_mysql_types.put(fingerprint, cached)
         return cached
 
 

@@ -14,9 +14,9 @@ from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from cdcflow.formats.errors import FieldError
+from cdcflow.formats.errors import FieldError, excerpt
 from cdcflow.formats.types import INTEGER_KINDS, INTEGER_RANGES, DataType, TypeKind
-from cdcflow.formats.values import EXACT, converter
+from cdcflow.formats.values import EXACT, MAX_DECIMAL_DIGITS, converter, in_utc, shown
 
 Cast = Callable[[Any], Any]
 
@@ -81,18 +81,29 @@ def _to_decimal(target: DataType) -> Cast:
     limit = Decimal(10) ** (precision - (scale or 0)) if precision is not None else None
 
     def cast(value: Any) -> Decimal:
+        if isinstance(value, str) and len(value) > _MAX_NUMBER_TEXT:
+            raise FieldError("", f"{excerpt(value, 40)} is too long for {target.ddl()}")
         try:
             number = Decimal(value.strip() if isinstance(value, str) else value)
-            exact = number.quantize(quantum, context=EXACT) if quantum is not None else number
         except (InvalidOperation, TypeError, ValueError):
-            raise FieldError("", f"{str(value)[:40]!r} is not a decimal number") from None
+            raise FieldError("", f"{excerpt(value, 40)} is not a decimal number") from None
+        if limit is not None and number.is_finite() and number and number.adjusted() >= limit.adjusted():
+            raise FieldError("", f"{shown(number)} does not fit {target.ddl()}")  # before any rounding work
+        try:
+            exact = number.quantize(quantum, context=EXACT) if quantum is not None else number
+        except InvalidOperation:
+            raise FieldError("", f"{shown(number)} does not fit {target.ddl()}") from None
         if not exact.is_finite() or exact != number:
-            raise FieldError("", f"{number} has more decimal places than {target.ddl()} keeps")
-        if limit is not None and abs(exact) >= limit:
-            raise FieldError("", f"{number} does not fit {target.ddl()}")
+            raise FieldError("", f"{shown(number)} has more decimal places than {target.ddl()} keeps")
+        if limit is not None and exact.copy_abs() >= limit:
+            raise FieldError("", f"{shown(number)} does not fit {target.ddl()}")
         return exact
 
     return cast
+
+
+#: The longest numeric text cast to a DECIMAL or an integer (what a decimal of the digit limit takes).
+_MAX_NUMBER_TEXT = MAX_DECIMAL_DIGITS + 40
 
 
 def _float_decimal(value: Any) -> Decimal:
@@ -106,14 +117,18 @@ def _to_integer(kind: TypeKind) -> Cast:
     low, high = INTEGER_RANGES[kind]
 
     def cast(value: Any) -> int:
+        if isinstance(value, str) and len(value) > _MAX_NUMBER_TEXT:
+            raise FieldError("", f"{excerpt(value, 40)} is too long for {kind.value}")
         try:
             number = Decimal(value.strip()) if isinstance(value, str) else _float_decimal(value)
         except (InvalidOperation, ValueError):
-            raise FieldError("", f"{str(value)[:40]!r} is not a number") from None
-        if number != number.to_integral_value():
-            raise FieldError("", f"{number} is not a whole number, so it does not fit {kind.value}")
+            raise FieldError("", f"{excerpt(value, 40)} is not a number") from None
+        if not number.is_finite():
+            raise FieldError("", f"{excerpt(value, 40)} is not a finite number")
         if not low <= number <= high:
-            raise FieldError("", f"{number} is out of range for {kind.value}")
+            raise FieldError("", f"{shown(number)} is out of range for {kind.value}")
+        if number != number.to_integral_value():
+            raise FieldError("", f"{shown(number)} is not a whole number, so it does not fit {kind.value}")
         return int(number)
 
     return cast
@@ -126,17 +141,17 @@ def _to_timestamp(*, zoned: bool) -> Cast:
     def cast(value: Any) -> dt.datetime:
         moment = value if isinstance(value, dt.datetime) else dt.datetime.combine(value, _MIDNIGHT)
         if moment.tzinfo is not None:
-            moment = moment.astimezone(dt.UTC)
+            moment = in_utc(moment)
         return moment.replace(tzinfo=dt.UTC if zoned else None)
 
     return cast
 
 
 def _to_date(value: Any) -> dt.date:
-    utc = value.astimezone(dt.UTC) if value.tzinfo is not None else value
+    utc = in_utc(value) if value.tzinfo is not None else value
     if utc.time() != _MIDNIGHT:
         raise FieldError("", f"{value.isoformat()} has a time of day, so it is not a DATE")
-    return utc.date()  # type: ignore[no-any-return]
+    return utc.date()
 
 
 def _to_struct(source: DataType, target: DataType, text: Cast) -> Cast | None:

@@ -4,6 +4,10 @@ Flink ignores this block; we read it, so Debezium's logical types come out as pr
 ``Decimal`` (base64 two's complement, the schema's scale), ``VariableScaleDecimal``, the
 ``io.debezium.time`` and Connect ``Date``/``Time``/``Timestamp`` types, ``ZonedTimestamp`` (an instant,
 in UTC), ``Json``/``Uuid``/``Enum`` (text) and bytes.
+
+A malformed schema block (fields that are not a list, a field without a name or type, decimal
+parameters that are not integers, nesting deeper than :data:`MAX_SCHEMA_DEPTH`) is a
+:class:`SchemaError` naming the field, never a raw exception.
 """
 
 from __future__ import annotations
@@ -11,17 +15,19 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import math
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from decimal import Decimal
 from typing import Any
 
 from cdcflow.formats import values
-from cdcflow.formats.errors import FieldError, SchemaError
+from cdcflow.formats.errors import FieldError, SchemaError, excerpt
 from cdcflow.formats.types import DataType, Field, Schema, TypeKind, atomic
 from cdcflow.formats.values import Converter
 
 CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
 VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
+#: The deepest nesting of arrays, maps and structs a Connect schema may have.
+MAX_SCHEMA_DEPTH = 64
 
 _PLAIN = {
     "int8": TypeKind.TINYINT,
@@ -52,18 +58,35 @@ _TEMPORAL = {
 }
 
 
-def column_type(schema: Mapping[str, Any], path: str = "") -> tuple[DataType, Converter]:
+def column_type(schema: Mapping[str, Any], path: str = "", depth: int = 0) -> tuple[DataType, Converter]:
     """The column type a Connect field schema stands for, and the converter for its JSON values."""
+    if not isinstance(schema, Mapping):
+        raise SchemaError(f"field '{path}': a Connect schema must be a JSON object, got {excerpt(schema)}")
+    if depth > MAX_SCHEMA_DEPTH:
+        raise SchemaError(f"field '{path}': the Connect schema nests deeper than {MAX_SCHEMA_DEPTH} levels")
     kind = schema.get("type")
     name = schema.get("name")
+    if not isinstance(kind, str) or not isinstance(name, str | None):
+        raise SchemaError(
+            f"field '{path}': a Connect schema's 'type' and 'name' must be strings, got type "
+            f"{excerpt(kind)} and name {excerpt(name)}"
+        )
     if name in _TEMPORAL:
         temporal_kind, precision = _TEMPORAL[name]
         data_type = atomic(temporal_kind, precision)
         return data_type, values.converter(data_type)
     if name == CONNECT_DECIMAL:
         parameters = schema.get("parameters") or {}
-        scale = int(parameters.get("scale", 0))
-        precision = int(parameters.get("connect.decimal.precision", 38))
+        if not isinstance(parameters, Mapping):
+            raise SchemaError(f"field '{path}': the Decimal's 'parameters' must be an object")
+        scale = _integer_parameter(parameters, "scale", 0, path)
+        precision = _integer_parameter(parameters, "connect.decimal.precision", 38, path)
+        if abs(scale) > values.MAX_DECIMAL_SCALE or not 1 <= precision <= values.MAX_DECIMAL_DIGITS:
+            raise SchemaError(
+                f"field '{path}': a Decimal takes a scale within ±{values.MAX_DECIMAL_SCALE:,} and a "
+                f"precision from 1 to {values.MAX_DECIMAL_DIGITS:,}, got scale {scale} and precision "
+                f"{precision}"
+            )
         data_type = atomic(TypeKind.DECIMAL, max(precision, scale, 1), scale)
         return data_type, _connect_decimal(data_type)
     if name == VARIABLE_SCALE_DECIMAL:
@@ -72,38 +95,76 @@ def column_type(schema: Mapping[str, Any], path: str = "") -> tuple[DataType, Co
         data_type = atomic(_PLAIN[kind])
         return data_type, values.converter(data_type)
     if kind == "array":
-        element_type, element_converter = column_type(_child(schema, "items", path), path + "[]")
+        element_type, element_converter = column_type(_child(schema, "items", path), path + "[]", depth + 1)
         return DataType(TypeKind.ARRAY, element=element_type), _array(element_converter)
     if kind == "map":
-        key_type, key_converter = column_type(_child(schema, "keys", path), path + ".key")
-        value_type, value_converter = column_type(_child(schema, "values", path), path + ".value")
+        key_type, key_converter = column_type(_child(schema, "keys", path), path + ".key", depth + 1)
+        value_type, value_converter = column_type(_child(schema, "values", path), path + ".value", depth + 1)
         return DataType(TypeKind.MAP, key=key_type, value=value_type), _map(key_converter, value_converter)
     if kind == "struct":
-        struct_schema, converters = struct_columns(schema, path)
+        struct_schema, converters = struct_columns(schema, path, depth + 1)
         row = values.RowConverter(struct_schema, converters=converters)
         return DataType(TypeKind.STRUCT, fields=struct_schema.fields), row.convert_value
-    raise SchemaError(f"field '{path}': unknown Kafka Connect schema type {kind!r}")
+    raise SchemaError(f"field '{path}': unknown Kafka Connect schema type {excerpt(kind)}")
 
 
-def struct_columns(schema: Mapping[str, Any], path: str = "") -> tuple[Schema, dict[str, Converter]]:
+def struct_columns(
+    schema: Mapping[str, Any], path: str = "", depth: int = 0
+) -> tuple[Schema, dict[str, Converter]]:
     """The columns of a Connect ``struct`` schema and a converter per column."""
     fields = []
     converters = {}
-    for child in schema.get("fields") or []:
+    for child in _fields(schema, path):
         name = child.get("field")
         if not isinstance(name, str):
             raise SchemaError(f"field '{path}': a struct field has no name")
-        data_type, convert = column_type(child, f"{path}.{name}" if path else name)
-        fields.append(Field(name, data_type, bool(child.get("optional", True))))
+        child_path = f"{path}.{name}" if path else name
+        optional = child.get("optional", True)
+        if not isinstance(optional, bool):
+            raise SchemaError(
+                f"field '{child_path}': 'optional' must be true or false, got {excerpt(optional)}"
+            )
+        if name in converters:
+            raise SchemaError(f"field '{child_path}': the struct has two fields of this name")
+        data_type, convert = column_type(child, child_path, depth)
+        fields.append(Field(name, data_type, optional))
         converters[name] = convert
     return Schema(tuple(fields)), converters
 
 
 def envelope_field(envelope_schema: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
-    for child in envelope_schema.get("fields") or []:
+    """The envelope's field schema called ``name`` (``after``, ``before``); a malformed envelope schema
+    is a :class:`FieldError` of the message's ``schema``."""
+    try:
+        children = _fields(envelope_schema, "")
+    except SchemaError as error:
+        raise FieldError("schema", str(error)) from None
+    for child in children:
         if child.get("field") == name:
-            return child  # type: ignore[no-any-return]
+            return child
     return None
+
+
+def _fields(schema: Mapping[str, Any], path: str) -> list[Mapping[str, Any]]:
+    """A struct schema's ``fields``: a list of objects."""
+    fields = schema.get("fields") or []
+    if not isinstance(fields, list) or not all(isinstance(child, Mapping) for child in fields):
+        raise SchemaError(
+            f"field '{path}': a struct schema's 'fields' must be a list of objects, got {excerpt(fields)}"
+        )
+    return fields
+
+
+def _integer_parameter(parameters: Mapping[str, Any], key: str, default: int, path: str) -> int:
+    """A Decimal parameter: Connect writes them as text ("2"); an integer is taken too."""
+    value = parameters.get(key, default)
+    if value.__class__ is int:
+        return int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit() and len(value) <= 20:
+        return int(value)
+    raise SchemaError(
+        f"field '{path}': the Decimal parameter '{key}' must be an integer, got {excerpt(value)}"
+    )
 
 
 def _child(schema: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any]:
@@ -114,12 +175,16 @@ def _child(schema: Mapping[str, Any], key: str, path: str) -> Mapping[str, Any]:
 
 
 def _connect_decimal(data_type: DataType) -> Converter:
+    """A Connect Decimal: base64 unscaled bytes at the schema's scale, which must fit its declared
+    precision (refused by length before converting)."""
     scale = data_type.scale or 0
+    precision = data_type.precision
     from_number = values.converter(data_type)
 
     def convert(value: Any) -> Any:
         if isinstance(value, str):
-            return values.decimal_from_base64(value, scale)
+            number = values.decimal_from_base64(value, scale, precision)
+            return values.fits_decimal(number, precision, scale)
         if isinstance(value, (int, float, Decimal)) and not isinstance(value, bool):
             return from_number(value)
         raise FieldError("", f"expected a base64 Connect Decimal, got {type(value).__name__}")
@@ -137,7 +202,13 @@ def _array(element: Converter) -> Converter:
     def convert(value: Any) -> list[Any]:
         if not isinstance(value, list):
             raise FieldError("", f"expected an array, got {type(value).__name__}")
-        return [None if item is None else element(item) for item in value]
+        out = []
+        for index, item in enumerate(value):
+            try:
+                out.append(None if item is None else element(item))
+            except FieldError as error:
+                raise FieldError(values.join_path(f"[{index}]", error.field), error.reason) from None
+        return out
 
     return convert
 
@@ -145,10 +216,23 @@ def _array(element: Converter) -> Converter:
 def _map(key: Converter, value_converter: Converter) -> Converter:
     def convert(value: Any) -> dict[Any, Any]:
         # The JSON converter writes string-keyed maps as objects, other maps as [[k, v], ...].
-        pairs = value.items() if isinstance(value, Mapping) else value
-        if not isinstance(pairs, (list, type({}.items()))):
-            raise FieldError("", f"expected a map, got {type(value).__name__}")
-        return {key(k): None if v is None else value_converter(v) for k, v in pairs}
+        if isinstance(value, Mapping):
+            pairs = list(value.items())
+        elif isinstance(value, list) and all(isinstance(p, list) and len(p) == 2 for p in value):
+            pairs = value
+        else:
+            raise FieldError("", f"expected a map (an object, or [key, value] pairs), got {excerpt(value)}")
+        out = {}
+        for index, (k, v) in enumerate(pairs):
+            try:
+                converted = key(k)
+                item = None if v is None else value_converter(v)
+            except FieldError as error:
+                raise FieldError(values.join_path(f"[{index}]", error.field), error.reason) from None
+            if not isinstance(converted, Hashable):  # a struct or an array as a key
+                raise FieldError(f"[{index}]", f"a map key cannot be {excerpt(converted)}")
+            out[converted] = item
+        return out
 
     return convert
 

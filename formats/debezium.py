@@ -28,17 +28,26 @@ from cdcflow.formats.base import (
 from cdcflow.formats.base import output_schema as base_output_schema
 from cdcflow.formats.coerce import exact_cast
 from cdcflow.formats.debezium_position import source_sequence
-from cdcflow.formats.errors import FieldError
+from cdcflow.formats.errors import FieldError, excerpt
+from cdcflow.formats.lru import FILL_STATE_KEYS, LruCache
 from cdcflow.formats.options import Option, choice, names
 from cdcflow.formats.types import (
     BIGINT,
     STRING,
     TIMESTAMP_LTZ_MILLIS,
     DataType,
+    Field,
     Schema,
     TypeKind,
 )
-from cdcflow.formats.values import UNAVAILABLE, Converter, RowConverter, as_text
+from cdcflow.formats.values import (
+    MAX_JSON_TEXT_DEPTH,
+    UNAVAILABLE,
+    Converter,
+    RowConverter,
+    as_text,
+    json_text,
+)
 
 PLACEHOLDER = "__debezium_unavailable_value"
 _PLACEHOLDER_BASE64 = base64.b64encode(PLACEHOLDER.encode()).decode()
@@ -78,8 +87,14 @@ MODE_HELP = (
 UNAVAILABLE_HELP = (
     "an unchanged TOASTed column (__debezium_unavailable_value): FILL takes it from the event's before "
     "image or an earlier event of the same key read by the same decoder (with Spark: the same input "
-    "partition of the same micro-batch), else REPORTs it: NULL, named in the unavailable-columns "
-    "metadata; FAIL fails the record"
+    "partition of the same micro-batch; the last 10,000 keys), else REPORTs it: NULL, named in the "
+    "unavailable-columns metadata (which makes the non-key columns nullable); FAIL fails the record. "
+    "An unavailable value of a NOT NULL column fails its record unless unavailable-columns is requested"
+)
+NOT_NULL_UNAVAILABLE = (
+    "Debezium did not send this unchanged TOASTed value (__debezium_unavailable_value) and the column is "
+    "declared NOT NULL: declare it nullable, set REPLICA IDENTITY FULL on the table, or request the "
+    "metadata column unavailable-columns (the column is then NULL and listed there)"
 )
 
 
@@ -144,24 +159,56 @@ METADATA = (
 )
 
 
-def output_schema(physical: Schema, metadata: Sequence[str]) -> Schema:
+def output_schema(
+    physical: Schema,
+    metadata: Sequence[str],
+    *,
+    unavailable: UnavailableHandling = UnavailableHandling.FILL,
+    key_columns: Sequence[str] = (),
+) -> Schema:
+    """The table columns and the requested metadata columns. With ``unavailable-columns`` (and values
+    not FAILed) a value Debezium did not send is NULL and listed there, whatever the column's declared
+    nullability: every column but the ``key-columns`` is then nullable (see :func:`reports_unavailable`)."""
+    if reports_unavailable(metadata, unavailable):
+        physical = Schema(
+            tuple(f if f.nullable or f.name in key_columns else Field(f.name, f.type) for f in physical)
+        )
     return base_output_schema(physical, METADATA, metadata)
+
+
+def reports_unavailable(metadata: Sequence[str], unavailable: UnavailableHandling) -> bool:
+    """Whether a value Debezium did not send may be NULL in a NOT NULL column (it is then listed in
+    the ``unavailable-columns`` metadata, which a consumer such as the Delta merge reads)."""
+    return "unavailable-columns" in metadata and unavailable is not UnavailableHandling.FAIL
 
 
 def check_metadata(metadata: Sequence[str], format_name: str) -> tuple[str, ...]:
     return metadata_schema(METADATA, metadata, format_name)
 
 
-def _millis(value: Any) -> dt.datetime | None:
+def _millis(value: Any, field: str) -> dt.datetime | None:
     if isinstance(value, int) and not isinstance(value, bool):
-        return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=value)
+        try:
+            return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=value)
+        except OverflowError:
+            raise FieldError(
+                field, f"{excerpt(value)} ms since the epoch is out of the TIMESTAMP range (years 1 to 9999)"
+            ) from None
     return None
 
 
-def _text(value: Any) -> str | None:
+def _text(value: Any, field: str) -> str | None:
+    """A source value as text: numbers and booleans as JSON writes them, objects and arrays as JSON."""
     if value is None:
         return None
-    return value if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else str(value)
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return str(value).lower()
+    try:
+        return as_text(value)
+    except FieldError as error:
+        raise FieldError(field, error.reason) from None
 
 
 def header_key(headers: Headers, name: str) -> str | None:
@@ -184,7 +231,10 @@ def header_key(headers: Headers, name: str) -> str | None:
         raise FieldError(
             f"headers.{name}", f"the header must hold the key's fields, got {type(key).__name__}"
         )
-    return orjson.dumps(key).decode()
+    try:
+        return json_text(key)
+    except FieldError as error:
+        raise FieldError(f"headers.{name}", error.reason) from None
 
 
 def metadata_values(
@@ -200,21 +250,22 @@ def metadata_values(
     out: dict[str, Any] = {}
     for key in keys:
         if key == "ingestion-timestamp":
-            value: Any = _millis(payload.get("ts_ms"))
+            value: Any = _millis(payload.get("ts_ms"), "ts_ms")
         elif key == "source.timestamp":
-            value = _millis(source.get("ts_ms"))
+            value = _millis(source.get("ts_ms"), "source.ts_ms")
         elif key == "source.database":
-            value = _text(source.get("db"))
+            value = _text(source.get("db"), "source.db")
         elif key == "source.schema":
-            value = _text(source.get("schema"))
+            value = _text(source.get("schema"), "source.schema")
         elif key == "source.table":
-            value = _text(source.get("table", source.get("collection")))
+            value = _text(source.get("table", source.get("collection")), "source.table")
         elif key == "source.properties":
-            value = {k: _text(v) for k, v in source.items()}
+            value = {k: _text(v, f"source.{k}") for k, v in source.items()}
         elif key == "transaction.id":
-            value = _text(transaction.get("id")) if isinstance(transaction, Mapping) else None
+            in_transaction = transaction.get("id") if isinstance(transaction, Mapping) else None
+            value = _text(in_transaction, "transaction.id")
         elif key == "op":
-            value = _text(payload.get("op"))
+            value = _text(payload.get("op"), "op")
         elif key == "unavailable-columns":
             value = list(missing)
         elif key in KEY_HEADERS:
@@ -242,15 +293,20 @@ class ChangeBuilder:
         unavailable: UnavailableHandling,
         key_columns: Sequence[str],
         format_name: str,
+        metadata: Sequence[str] = (),
     ) -> None:
         self.mode = mode
         self.unavailable = unavailable
         self.key_columns = tuple(key_columns)
         self.format_name = format_name
+        self.reports = reports_unavailable(metadata, unavailable)
         self._engine = FromChangelog(
             plan_from_changelog(op="op", before="before", after="after", op_mapping=OP_MAPPINGS[mode])
         )
-        self._images: dict[Hashable, Row] | None = {} if unavailable is UnavailableHandling.FILL else None
+        #: Each key's last image for FILL, at most FILL_STATE_KEYS (the least recently changed go first).
+        self._images: LruCache[Hashable, Row] | None = (
+            LruCache(FILL_STATE_KEYS) if unavailable is UnavailableHandling.FILL else None
+        )
 
     def changes(
         self,
@@ -259,8 +315,10 @@ class ChangeBuilder:
         after: Row | None,
         key: Hashable | None,
         metrics: FormatMetrics,
+        columns: Schema,
     ) -> tuple[list[Change], list[str]]:
-        """The changes of one event and the columns left unavailable."""
+        """The changes of one event and the columns left unavailable (``columns``: the images' columns,
+        whose nullability says where an unavailable value may become NULL)."""
         if op == "u" and before is None and self.mode is DebeziumMode.RETRACT:
             raise FieldError(
                 "before",
@@ -275,26 +333,41 @@ class ChangeBuilder:
                 "FULL (or DEFAULT, which sends the key), or read it with upsert-kafka",
             )
         missing: list[str] = []
+        unsent = (
+            [name for name, value in before.items() if value is UNAVAILABLE]
+            if before is not None and UNAVAILABLE in before.values()
+            else []
+        )
+        for name in unsent:
+            self._check_may_be_null(columns, name, "before")
         if after is not None and UNAVAILABLE in after.values():
-            missing = self._fill(after, before, key, metrics)
-        if before is not None and UNAVAILABLE in before.values():
-            for name, value in before.items():
-                if value is UNAVAILABLE:
-                    before[name] = None
+            missing = self._fill(after, before, key, metrics, columns)
+        if before is not None:
+            for name in unsent:
+                before[name] = None
         if self._images is not None and key is not None:
             if op == "d":
-                self._images.pop(key, None)
+                self._images.pop(key)
             elif after is not None:
                 stored = dict(after)
                 for name in missing:
                     stored[name] = UNAVAILABLE
-                self._images[key] = stored
+                self._images.put(key, stored)
         return self._engine.process_images(op, before, after), missing
 
+    def _check_may_be_null(self, columns: Schema, name: str, image: str) -> None:
+        """An unavailable value becomes NULL: refused in a NOT NULL column (Spark would fail the whole
+        query on it), unless the output lists it in ``unavailable-columns`` and is nullable there."""
+        if self.reports and name not in self.key_columns:
+            return
+        if name in columns and not columns.field(name).nullable:
+            raise FieldError(f"{image}.{name}", NOT_NULL_UNAVAILABLE)
+
     def _fill(
-        self, after: Row, before: Row | None, key: Hashable | None, metrics: FormatMetrics
+        self, after: Row, before: Row | None, key: Hashable | None, metrics: FormatMetrics, columns: Schema
     ) -> list[str]:
         previous = self._images.get(key) if self._images is not None and key is not None else None
+        found: dict[str, Any] = {}
         missing = []
         for name, value in after.items():
             if value is not UNAVAILABLE:
@@ -309,12 +382,14 @@ class ChangeBuilder:
             if source is None and self.unavailable is UnavailableHandling.FILL and previous is not None:
                 source = previous if previous.get(name, UNAVAILABLE) is not UNAVAILABLE else None
             if source is not None and name in source:
-                after[name] = source[name]
-                metrics.filled_values += 1
+                found[name] = source[name]
             else:
-                after[name] = None
+                self._check_may_be_null(columns, name, "after")
                 missing.append(name)
-                metrics.unavailable_values += 1
+        after.update(found)
+        after.update(dict.fromkeys(missing))
+        metrics.filled_values += len(found)
+        metrics.unavailable_values += len(missing)
         return missing
 
     def state_key(
@@ -342,11 +417,13 @@ def image(rows: RowConverter, value: Any, field: str, shape: str = "a JSON objec
         raise FieldError(f"{field}.{error.field}", error.reason) from None
 
 
-def _hashable(value: Any) -> Hashable:
+def _hashable(value: Any, depth: int = 0) -> Hashable:
+    if isinstance(value, list | dict) and depth >= MAX_JSON_TEXT_DEPTH:
+        raise FieldError("key", f"the key is nested deeper than {MAX_JSON_TEXT_DEPTH} levels")
     if isinstance(value, list):
-        return tuple(_hashable(v) for v in value)
+        return tuple(_hashable(v, depth + 1) for v in value)
     if isinstance(value, dict):
-        return tuple((k, _hashable(v)) for k, v in value.items())
+        return tuple((k, _hashable(v, depth + 1)) for k, v in value.items())
     return value  # type: ignore[no-any-return]
 
 

@@ -57,8 +57,10 @@ from cdcflow.formats.errors import (
     FormatOptionError,
     MissingDependencyError,
     SchemaError,
+    excerpt,
 )
 from cdcflow.formats.jsonenc import IGNORE_PARSE_ERRORS
+from cdcflow.formats.lru import SCHEMA_CACHE_SIZE, LruCache
 from cdcflow.formats.options import Option, OptionSet, optional_string
 from cdcflow.formats.redact import redact, redacted_repr
 from cdcflow.formats.registry import FormatFactory
@@ -197,7 +199,9 @@ class DebeziumAvroConfig:
                 raise FormatOptionError(str(error)) from None
         if schema is not None:
             check_key_columns(schema, config.key_columns)
-            output_schema(schema, config.metadata)
+            output_schema(
+                schema, config.metadata, unavailable=config.unavailable, key_columns=config.key_columns
+            )
         if config.url is not None:
             _check_client(config.registry)
         return config
@@ -268,12 +272,16 @@ class DebeziumAvroDecoder(Decoder):
     def __init__(self, config: DebeziumAvroConfig) -> None:
         super().__init__(ignore_parse_errors=config.ignore_parse_errors)
         self.config = config
-        self._writers: dict[int, _Writer] = {}
+        self._writers: LruCache[int, _Writer] = LruCache(SCHEMA_CACHE_SIZE)
         self._explicit: _Writer | None = None
-        self._keys: dict[int, Any] = {}
-        self._builder = ChangeBuilder(config.mode, config.unavailable, config.key_columns, NAME)
+        self._keys: LruCache[int, Any] = LruCache(SCHEMA_CACHE_SIZE)
+        self._builder = ChangeBuilder(
+            config.mode, config.unavailable, config.key_columns, NAME, config.metadata
+        )
         if config.schema is not None:
-            self.schema = output_schema(config.schema, config.metadata)
+            self.schema = output_schema(
+                config.schema, config.metadata, unavailable=config.unavailable, key_columns=config.key_columns
+            )
         if config.writer_schema is not None:
             self._explicit = self._writer(config.writer_schema, f"option '{NAME}.schema'")
 
@@ -299,15 +307,19 @@ class DebeziumAvroDecoder(Decoder):
         if not isinstance(payload, dict):
             raise FieldError("", "the writer schema is not a record: is this a Debezium Envelope?")
         op = payload.get("op")
-        if op in CONTROL_OPS:
+        if isinstance(op, str) and op in CONTROL_OPS:  # op may be any JSON value
             extra = metadata_values(self.config.metadata, payload, [], writer.text, message.headers)
             return ControlEvent(CONTROL_OPS[op], message, payload, extra)
         if not isinstance(op, str):
-            raise FieldError("op", "the operation code is missing or not a string; is this a Debezium event?")
+            raise FieldError(
+                "op",
+                f"the operation code is missing or not a string (got {excerpt(op)}); is this a Debezium "
+                "event?",
+            )
         before = image(writer.rows, payload.get("before"), "before", "a record")
         after = image(writer.rows, payload.get("after"), "after", "a record")
         key = self._builder.state_key(after if after is not None else before, message, self._key)
-        changes, missing = self._builder.changes(op, before, after, key, metrics)
+        changes, missing = self._builder.changes(op, before, after, key, metrics, writer.rows.schema)
         if self.config.metadata:
             extra = metadata_values(self.config.metadata, payload, missing, writer.text, message.headers)
             for change in changes:
@@ -330,7 +342,7 @@ class DebeziumAvroDecoder(Decoder):
             )
         else:
             writer = self._writer(self._fetch(schema_id), f"writer schema {schema_id}")
-        self._writers[schema_id] = writer
+        self._writers.put(schema_id, writer)
         return writer
 
     def _fetch(self, schema_id: int) -> str:
@@ -369,7 +381,12 @@ class DebeziumAvroDecoder(Decoder):
             raise FieldError("", str(error)) from None
         declared = self.config.schema
         if declared is None:
-            self.schema = output_schema(physical, self.config.metadata)
+            self.schema = output_schema(
+                physical,
+                self.config.metadata,
+                unavailable=self.config.unavailable,
+                key_columns=self.config.key_columns,
+            )
             rows = RowConverter(physical, converters=converters, unavailable=is_unavailable)
         else:
             if self.config.fail_on_new_columns:
@@ -398,7 +415,7 @@ class DebeziumAvroDecoder(Decoder):
                 parsed = _parse_writer(self._fetch(schema_id), f"key schema {schema_id}")[1]
             except (FieldError, SchemaError):
                 return None
-            self._keys[schema_id] = parsed
+            self._keys.put(schema_id, parsed)
         body = io.BytesIO(data)
         body.seek(HEADER_SIZE)
         try:

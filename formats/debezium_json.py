@@ -43,7 +43,7 @@ from cdcflow.formats.debezium import (
     metadata_values,
     output_schema,
 )
-from cdcflow.formats.errors import FieldError, FormatOptionError, SchemaError
+from cdcflow.formats.errors import FieldError, FormatOptionError, SchemaError, excerpt
 from cdcflow.formats.jsonenc import (
     IGNORE_NULL_FIELDS,
     IGNORE_PARSE_ERRORS,
@@ -53,10 +53,11 @@ from cdcflow.formats.jsonenc import (
     RowEncoder,
     TimestampStandard,
 )
+from cdcflow.formats.lru import SCHEMA_CACHE_SIZE, LruCache
 from cdcflow.formats.options import OptionSet
 from cdcflow.formats.registry import FormatFactory
 from cdcflow.formats.types import INTEGER_KINDS, Schema
-from cdcflow.formats.values import RowConverter, converter
+from cdcflow.formats.values import RowConverter, converter, json_text
 
 NAME = "debezium-json"
 
@@ -115,7 +116,9 @@ class DebeziumJsonConfig:
             )
         if schema is not None:
             check_key_columns(schema, config.key_columns)
-            output_schema(schema, config.metadata)
+            output_schema(
+                schema, config.metadata, unavailable=config.unavailable, key_columns=config.key_columns
+            )
         if "schema" in config.metadata and not config.schema_include:
             raise FormatOptionError("metadata 'schema' needs 'debezium-json.schema-include'='true'")
         return config
@@ -133,9 +136,13 @@ class DebeziumJsonDecoder(Decoder):
             else None
         )
         if config.schema is not None:
-            self.schema = output_schema(config.schema, config.metadata)
-        self._by_connect_schema: dict[bytes, RowConverter] = {}
-        self._builder = ChangeBuilder(config.mode, config.unavailable, config.key_columns, NAME)
+            self.schema = output_schema(
+                config.schema, config.metadata, unavailable=config.unavailable, key_columns=config.key_columns
+            )
+        self._by_connect_schema: LruCache[bytes, RowConverter] = LruCache(SCHEMA_CACHE_SIZE)
+        self._builder = ChangeBuilder(
+            config.mode, config.unavailable, config.key_columns, NAME, config.metadata
+        )
 
     def __reduce__(self) -> tuple[Callable[..., DebeziumJsonDecoder], tuple[DebeziumJsonConfig]]:
         return type(self), (self.config,)
@@ -154,12 +161,16 @@ class DebeziumJsonDecoder(Decoder):
             envelope, schema_include=self.config.schema_include, format_name=NAME, marker="op"
         )
         op = payload.get("op")
-        if op in CONTROL_OPS:
+        if isinstance(op, str) and op in CONTROL_OPS:  # op may be any JSON value
             return ControlEvent(
                 CONTROL_OPS[op], message, payload, self._metadata(payload, [], schema_block, message)
             )
         if not isinstance(op, str):
-            raise FieldError("op", "the operation code is missing or not a string; is this a Debezium event?")
+            raise FieldError(
+                "op",
+                f"the operation code is missing or not a string (got {excerpt(op)}); is this a Debezium "
+                "event?",
+            )
         rows = self._row_converter(schema_block)
         raw_before = payload.get("before")
         if raw_before is None and op == "d" and self.config.mode is DebeziumMode.UPSERT:
@@ -167,7 +178,7 @@ class DebeziumJsonDecoder(Decoder):
         before = image(rows, raw_before, "before")
         after = image(rows, payload.get("after"), "after")
         key = self._builder.state_key(after if after is not None else before, message, _state_key_fields)
-        changes, missing = self._builder.changes(op, before, after, key, metrics)
+        changes, missing = self._builder.changes(op, before, after, key, metrics, rows.schema)
         if self.config.metadata:
             extra = self._metadata(payload, missing, schema_block, message)
             for change in changes:
@@ -179,7 +190,7 @@ class DebeziumJsonDecoder(Decoder):
     ) -> dict[str, Any]:
         if not self.config.metadata:
             return {}
-        schema_text = orjson.dumps(schema_block).decode() if schema_block is not None else None
+        schema_text = _schema_json(schema_block) if schema_block is not None else None
         return metadata_values(self.config.metadata, payload, missing, schema_text, message.headers)
 
     def _row_converter(self, schema_block: Any) -> RowConverter:
@@ -188,11 +199,11 @@ class DebeziumJsonDecoder(Decoder):
                 raise FieldError("schema", "the message has no schema block and no schema was declared")
             return self._declared
         value_schema = _value_struct(schema_block)
-        fingerprint = orjson.dumps(value_schema)
+        fingerprint = _schema_json(value_schema).encode()
         rows = self._by_connect_schema.get(fingerprint)
         if rows is None:
             rows = self._connect_rows(value_schema)
-            self._by_connect_schema[fingerprint] = rows
+            self._by_connect_schema.put(fingerprint, rows)
         return rows
 
     def _connect_rows(self, value_schema: Mapping[str, Any]) -> RowConverter:
@@ -202,7 +213,12 @@ class DebeziumJsonDecoder(Decoder):
             raise FieldError("schema", str(error)) from None
         declared = self.config.schema
         if declared is None:
-            self.schema = output_schema(physical, self.config.metadata)
+            self.schema = output_schema(
+                physical,
+                self.config.metadata,
+                unavailable=self.config.unavailable,
+                key_columns=self.config.key_columns,
+            )
             # Debezium fills key-only delete images with NULLs whatever the column's nullability.
             return RowConverter(
                 physical, converters=converters, unavailable=is_unavailable, enforce_not_null=False
@@ -357,3 +373,11 @@ class DebeziumJsonFormat(FormatFactory):
     ) -> DebeziumJsonEncoder:
         config = DebeziumJsonConfig.from_options(options, schema)
         return DebeziumJsonEncoder(config, key_columns or config.key_columns)
+
+
+def _schema_json(schema_block: Any) -> str:
+    """A schema block as JSON text (its cache key, the ``schema`` metadata column)."""
+    try:
+        return json_text(schema_block)
+    except FieldError as error:  # nested too deep, an integer beyond 64 bits
+        raise FieldError("schema", error.reason) from None

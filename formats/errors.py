@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import reprlib
+from typing import TYPE_CHECKING, Any
 
 from cdcflow.core.errors import CdcflowError
 
@@ -45,6 +46,11 @@ class FieldError(FormatError, ValueError):
         self.reason = reason
 
 
+class SkippedRecord(FieldError):  # noqa: N818 - an outcome, named for what happens to the record
+    """A record an option chose to skip (generic ``invalid-op-handling`` LOG or SKIP): it goes to the
+    dead letters whatever ``ignore-parse-errors`` says."""
+
+
 class DecodeError(FormatError, ValueError):
     """A record cannot be decoded. Names where it came from and carries its bytes for dead-lettering."""
 
@@ -61,8 +67,9 @@ class DecodeError(FormatError, ValueError):
     ) -> None:
         where = f"{origin}, field '{field}'" if field else origin
         advice = (
-            f" Fix the producer or the declared schema, or set '{ignore_option}'='true' to send such "
-            "records to the dead-letter output."
+            f" Fix the producer or the declared schema, or send such records to a dead-letter output: "
+            f"set '{ignore_option}'='true' together with the source option deadLetterPath=DIR or "
+            "deadLetterTopic=TOPIC (cdcflow inspect prints them without one)."
             if ignore_option
             else ""
         )
@@ -92,3 +99,41 @@ class NewColumnsError(FormatError):
         self.columns = columns
         self.origin = "a record"
         """Where the message came from (topic, partition, offset or file:line), set by the decoder."""
+
+
+#: The longest reason a dead letter or a :class:`DecodeError` carries; a longer one is cut with "...".
+MAX_REASON = 1000
+
+
+class _Excerpt(reprlib.Repr):
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.maxlevel = 3
+        self.maxstring = self.maxother = self.maxlong = limit
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 4000:  # str() of an int over 4,300 digits raises, and is quadratic
+            return f"<an integer of about {int(x.bit_length() * 0.30103)} digits>"
+        return super().repr_int(x, level)
+
+
+def excerpt(value: Any, limit: int = 60) -> str:
+    """A value as an error message shows it: its repr, at most about ``limit`` characters, nested
+    containers cut after a few levels. Never raises, whatever the value (deep nesting, huge integers,
+    a ``__repr__`` that fails)."""
+    try:
+        text = _Excerpt(limit).repr(value)
+    except Exception:  # an error message must always be built
+        return f"<a {type(value).__name__}>"
+    return text if len(text) <= limit + 3 else text[:limit] + "..."
+
+
+def exception_text(error: BaseException, limit: int = MAX_REASON) -> str:
+    """``str(error)``, at most ``limit`` characters; never raises (an exception whose text cannot be
+    built is shown by its type)."""
+    try:
+        text = str(error)
+    except Exception:  # an error message must always be built
+        text = ""
+    text = text or type(error).__name__
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -28,7 +28,7 @@ from cdcflow.formats.base import (
     output_schema,
     require_schema,
 )
-from cdcflow.formats.errors import FieldError
+from cdcflow.formats.errors import FieldError, excerpt
 from cdcflow.formats.jsonenc import (
     IGNORE_NULL_FIELDS,
     IGNORE_PARSE_ERRORS,
@@ -178,8 +178,12 @@ def add_metadata(
 
 def epoch_millis(value: Any) -> dt.datetime:
     if isinstance(value, int) and not isinstance(value, bool):
-        return EPOCH_UTC + dt.timedelta(milliseconds=value)
-    raise FieldError("", f"expected epoch milliseconds (an integer), got {value!r}")
+        try:
+            return EPOCH_UTC + dt.timedelta(milliseconds=value)
+        except OverflowError:
+            reason = f"{excerpt(value)} ms since the epoch is out of the TIMESTAMP range"
+            raise FieldError("", reason) from None
+    raise FieldError("", f"expected epoch milliseconds (an integer), got {excerpt(value)}")
 
 
 def lenient_boolean(value: Any) -> bool:
@@ -194,7 +198,7 @@ def lenient_boolean(value: Any) -> bool:
             return True
         if lowered in ("false", "0"):
             return False
-    raise FieldError("", f"expected a boolean (true/false or 1/0), got {value!r}")
+    raise FieldError("", f"expected a boolean (true/false or 1/0), got {excerpt(value)}")
 
 
 def _boolean(_: DataType) -> Converter:

@@ -36,9 +36,7 @@ from cdcflow.core.rowkind import DEL, INS, UA, UB, RowKind
 from cdcflow.core.to_envelopes import ToChangelog
 from cdcflow.formats.base import (
     SCHEMA_INCLUDE,
-    DeadLetter,
     Decoded,
-    DecodeOutput,
     Decoder,
     Encoded,
     Encoder,
@@ -47,7 +45,7 @@ from cdcflow.formats.base import (
     connect_payload,
     parse_json_object,
 )
-from cdcflow.formats.errors import FieldError, FormatOptionError
+from cdcflow.formats.errors import FieldError, FormatOptionError, SkippedRecord, excerpt
 from cdcflow.formats.jsonenc import IGNORE_PARSE_ERRORS, TIMESTAMP_STANDARD, RowEncoder, TimestampStandard
 from cdcflow.formats.options import Option, OptionSet, choice, integer, names, optional_string
 from cdcflow.formats.registry import FormatFactory
@@ -286,18 +284,6 @@ class GenericDecoder(Decoder):
     def _on_reject(self, rejected: Rejected) -> None:
         self._rejected = rejected
 
-    def decode(self, message: Message, out: DecodeOutput) -> None:
-        self._rejected = None
-        super().decode(message, out)
-        if self._rejected is not None:
-            code = self._rejected.record.get(self.config.op_field)
-            reason = (
-                f"unknown operation code {code!r} (op-mapping knows {self._known}); skipped by "
-                f"'{NAME}.invalid-op-handling'={self.config.params.invalid_op_handling.value}"
-            )
-            out.dead_letters.append(DeadLetter(message, NAME, reason, self.config.op_field))
-            out.metrics.dead_letters += 1
-
     def decode_message(self, message: Message, metrics: FormatMetrics) -> Decoded:
         assert message.value is not None  # noqa: S101 - the base class skips tombstones
         config = self.config
@@ -320,16 +306,25 @@ class GenericDecoder(Decoder):
                 f"'{NAME}.op-field' to the field that holds it"
                 + (f", or send a '{config.deleted_field}' flag" if config.deleted_field else ""),
             )
+        if isinstance(code, (dict, list)):
+            raise FieldError(op_field, f"the operation code must be text, got {excerpt(code)}")
         row[op_field] = code
+        self._rejected = None
         try:
             changes = self._engine.process(row)
         except InvalidOperationError:
             raise FieldError(
                 op_field,
-                f"unknown operation code {code!r}; op-mapping knows {self._known}: add it to "
+                f"unknown operation code {excerpt(code)}; op-mapping knows {self._known}: add it to "
                 f"'{NAME}.op-mapping', or set '{NAME}.invalid-op-handling' to LOG or SKIP to dead-letter "
                 "such records",
             ) from None
+        if self._rejected is not None:
+            raise SkippedRecord(
+                op_field,
+                f"unknown operation code {excerpt(code)} (op-mapping knows {self._known}); skipped by "
+                f"'{NAME}.invalid-op-handling'={config.params.invalid_op_handling.value}",
+            )
         if derived and config.op_declared:
             for change in changes:
                 change.row[op_field] = None
@@ -345,7 +340,7 @@ class GenericDecoder(Decoder):
             return self.config.delete_code
         if flag is False or (isinstance(flag, str) and flag.strip().lower() == "false"):
             return self.config.upsert_code
-        raise FieldError(field, f"the deletion flag must be true or false, got {flag!r}")
+        raise FieldError(field, f"the deletion flag must be true or false, got {excerpt(flag)}")
 
 
 class GenericEncoder(Encoder):

@@ -29,7 +29,7 @@ from cdcflow.formats.base import (
     MetadataColumn,
     parse_json_object,
 )
-from cdcflow.formats.errors import FieldError
+from cdcflow.formats.errors import FieldError, excerpt
 from cdcflow.formats.flat_json_common import (
     FlatJsonDecoder,
     FlatJsonEncoder,
@@ -64,7 +64,7 @@ METADATA = (
 def _epoch_seconds(value: Any) -> Any:
     if isinstance(value, int) and not isinstance(value, bool):
         return epoch_millis(value * 1000)
-    raise FieldError("", f"expected epoch seconds (an integer), got {value!r}")
+    raise FieldError("", f"expected epoch seconds (an integer), got {excerpt(value)}")
 
 
 SOURCES = {
@@ -91,7 +91,7 @@ class MaxwellJsonDecoder(FlatJsonDecoder):
             return ControlEvent(
                 "schema-change", message, envelope, read_metadata(self.config.metadata, SOURCES, envelope)
             )
-        if kind in BOOTSTRAP_MARKERS:
+        if isinstance(kind, str) and kind in BOOTSTRAP_MARKERS:  # kind may be any JSON value
             return ControlEvent(
                 "bootstrap", message, envelope, read_metadata(self.config.metadata, SOURCES, envelope)
             )
@@ -99,8 +99,8 @@ class MaxwellJsonDecoder(FlatJsonDecoder):
         if row_kind is None:
             raise FieldError(
                 "type",
-                f"unknown Maxwell message type {kind!r}: expected insert, update, delete, bootstrap-*, "
-                "or a DDL type (table-*, database-*)",
+                f"unknown Maxwell message type {excerpt(kind)}: expected insert, update, delete, "
+                "bootstrap-*, or a DDL type (table-*, database-*)",
             )
         after = self._reader.row(envelope.get("data"), "data")
         if row_kind is UA:

@@ -26,7 +26,7 @@ from cdcflow.formats.base import (
     MetadataColumn,
     parse_json_object,
 )
-from cdcflow.formats.errors import FieldError
+from cdcflow.formats.errors import FieldError, excerpt
 from cdcflow.formats.flat_json_common import (
     FlatJsonDecoder,
     FlatJsonEncoder,
@@ -78,7 +78,7 @@ class OggJsonDecoder(FlatJsonDecoder):
                 "truncate", message, envelope, read_metadata(self.config.metadata, SOURCES, envelope)
             )
         if op not in ("I", "U", "D"):
-            raise FieldError("op_type", f"unknown GoldenGate op_type {op!r}: expected I, U, D or T")
+            raise FieldError("op_type", f"unknown GoldenGate op_type {excerpt(op)}: expected I, U, D or T")
         before, after = envelope.get("before"), envelope.get("after")
         if op == "I":
             if after is None:

@@ -26,15 +26,32 @@ _SECRET_KEY = re.compile(
 _WHOLE_WORD_BELOW = 6
 # Choices, not secrets: their values are words that also occur in ordinary messages.
 _NOT_SECRET = frozenset({"sasl.oauthbearer.method", "bearer.auth.credentials.source"})
-_URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^\s/?#]*)@")
-_URL_QUERY_SECRET = re.compile(
-    r"(?P<key>[?&][^=&\s#]*(?:pass|secret|token|key|sig|auth|credential)[^=&\s#]*=)[^&\s#]+", re.IGNORECASE
+# user[:password]@ after a scheme, ended by the last "@" that a host name follows: a password may hold
+# "@", "/", "?" or "#" unencoded. Bounded, so a long line costs linear time.
+_HOST_FOLLOWS = r"(?=[A-Za-z0-9._~%:\[\]\-]*(?:[/?#\s,;'\"<>(){}|\\]|$))"
+_URL_USERINFO = re.compile(
+    r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)"
+    r"(?P<userinfo>[^\s/?#:]{0,256}?:(?!\d*(?:[/?#\s]|$))[^\s]{0,512}?|[^\s/?#:]{0,256}?)@" + _HOST_FOLLOWS
 )
-_BEARER = re.compile(r"(?P<scheme>\bBearer|\bAuthorization:\s*Basic)(?P<space>\s+)[A-Za-z0-9._~+/\-]{6,}=*")
+_SENSITIVE_NAME = (
+    r"(?:passw(?:or)?d|passphrase|secret|token|credentials?|user[._-]?info|"
+    r"(?:api|access|secret|private)[._-]?key|sig(?:nature)?|auth(?:orization)?)"
+)
+# A query parameter or an assignment whose name ends with a secret word: "token_count=5" is not one.
+_URL_QUERY_SECRET = re.compile(rf"(?P<key>[?&][^=&\s#]*{_SENSITIVE_NAME}=)[^&\s#]+", re.IGNORECASE)
 _ASSIGNED_SECRET = re.compile(
-    r"(?P<key>\b[\w.\-]*(?:password|secret|token)[\w.\-]*\s*=\s*)(?P<quote>[\"']?)(?!\*\*\*)[^\s\"',;&)]+",
+    rf"(?P<key>\b[\w.\-]*{_SENSITIVE_NAME}(?![\w.\-])[\"']?\s*(?:=|:(?=\s*[\"']))\s*)(?!\*\*\*|[\"']\*\*\*)"
+    r"(?P<value>\"[^\"\n]{0,512}\"|'[^'\n]{0,512}'|[^\s\"',;&)}]+)",
     re.IGNORECASE,
 )
+_BEARER = re.compile(
+    r"(?P<scheme>\bBearer|\bAuthorization:\s*Basic)(?P<space>\s+)(?P<token>[A-Za-z0-9._~+/\-]{6,}=*)"
+)
+# What follows "Bearer" in prose ("Bearer tokens", "Bearer authentication"): a word, not a token.
+_ORDINARY_WORD = re.compile(r"[A-Za-z][a-z]{0,22}(?:-[a-z]{1,22})*[.\-]*")
+_WORD_START = re.compile(r"(?<=[\s;=])[^\s;=]")
+# A malformed KEY=VALUE entry as typed on a command line: the key, then "=", ":" or blanks.
+_ENTRY = re.compile(r"(?P<key>\s*[^=:\s]*)(?P<sep>\s*[=:\s]\s*)?")
 
 
 def is_secret(key: str) -> bool:
@@ -70,8 +87,47 @@ def redact(text: str, settings: Mapping[str, Any] | Iterable[tuple[str, Any]] = 
             text = re.sub(rf"(?<![A-Za-z0-9]){re.escape(secret)}(?![A-Za-z0-9])", PLACEHOLDER, text)
     text = _URL_USERINFO.sub(rf"\g<scheme>{PLACEHOLDER}@", text)
     text = _URL_QUERY_SECRET.sub(rf"\g<key>{PLACEHOLDER}", text)
-    text = _BEARER.sub(rf"\g<scheme>\g<space>{PLACEHOLDER}", text)
-    return _ASSIGNED_SECRET.sub(rf"\g<key>\g<quote>{PLACEHOLDER}", text)
+    text = _BEARER.sub(_hidden_token, text)
+    return _ASSIGNED_SECRET.sub(_hidden_assignment, text)
+
+
+def shown_entry(entry: str) -> str:
+    """A command line's ``KEY=VALUE`` entry as it may be shown, even malformed (``KEY:VALUE``,
+    ``KEY VALUE``): when it names a secret, only its key, the value as the placeholder."""
+    if not is_secret(entry):
+        return redact(entry)
+    match = _ENTRY.match(entry)
+    key, sep = (match["key"], match["sep"] or "") if match else (entry, "")
+    if not sep:  # a key alone: no value to hide
+        return entry
+    return f"{key}{sep}{PLACEHOLDER}"
+
+
+def entry_settings(entries: Iterable[str]) -> list[tuple[str, str]]:
+    """Command-line arguments as the (key, value) pairs they may hold, for :func:`redact`: each one
+    split at its first ``=``, ``:`` or blank, and each with the argument after it (``KEY VALUE``)."""
+    given = [str(entry) for entry in entries]
+    given += [entry.partition("=")[2] for entry in given if entry.startswith("-")]  # --option=KEY=VALUE
+    pairs: list[tuple[str, str]] = []
+    for entry, following in zip(given, [*given[1:], ""], strict=True):
+        match = _ENTRY.match(entry)
+        if match and match["sep"]:
+            pairs.append((match["key"].strip(), entry[match.end() :]))
+        elif following and not following.startswith("-"):
+            pairs.append((entry, following))
+    return pairs
+
+
+def _hidden_token(match: re.Match[str]) -> str:
+    if _ORDINARY_WORD.fullmatch(match["token"]):
+        return match[0]
+    return f"{match['scheme']}{match['space']}{PLACEHOLDER}"
+
+
+def _hidden_assignment(match: re.Match[str]) -> str:
+    value = match["value"]
+    quote = value[0] if value[0] in "\"'" and len(value) > 1 and value[-1] == value[0] else ""
+    return f"{match['key']}{quote}{PLACEHOLDER}{quote}"
 
 
 def _secret_values(settings: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> set[str]:
@@ -83,11 +139,28 @@ def _secret_values(settings: Mapping[str, Any] | Iterable[tuple[str, Any]]) -> s
             continue
         if is_secret(str(key)):
             found.update({text, unquote(text)})
-        for match in _URL_USERINFO.finditer(text):
-            userinfo = match["userinfo"]
-            password = userinfo.partition(":")[2]
-            found.update(part for part in (userinfo, unquote(userinfo), password, unquote(password)) if part)
+            # A parser quotes a setting (JAAS, OAUTHBEARER) from the point where it stopped reading.
+            rests = (text[start.start() :] for start in _WORD_START.finditer(text))
+            found.update(rest for rest in rests if len(rest) >= _WHOLE_WORD_BELOW)
+        found.update(_url_credentials(text))
     found.discard("")
+    return found
+
+
+def _url_credentials(text: str) -> set[str]:
+    """The user info and password of each URL in a setting's value (``url`` may list several)."""
+    found: set[str] = set()
+    pieces = text.split(",")
+    for piece in pieces if all("://" in piece for piece in pieces) else [text]:
+        userinfos = [match["userinfo"] for match in _URL_USERINFO.finditer(piece)]
+        if not userinfos and "://" in piece:  # a malformed URL: a blank or worse in the password
+            userinfos = [piece.partition("://")[2].rpartition("@")[0]]
+        for userinfo in userinfos:
+            password = userinfo.partition(":")[2]
+            # A parser that cuts the URL at an unencoded "/", "?", "#" or "@" quotes a piece of it.
+            pieces = [piece for piece in re.split(r"[/?#@]", password) if len(piece) >= _WHOLE_WORD_BELOW]
+            parts = (userinfo, unquote(userinfo), password, unquote(password), *pieces)
+            found.update(part for part in parts if part)
     return found
 
 

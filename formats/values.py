@@ -14,6 +14,13 @@ What each type accepts (a superset of Flink's JSON format, which only reads text
   JSON text, as Flink keeps them: never decoded lossily. ARRAY / MAP / STRUCT: recursively.
 
 Python keeps microseconds: nanosecond digits are truncated.
+
+Every conversion takes time linear in the value's length, and a value it cannot convert fails its
+record with a :class:`FieldError` (a short excerpt, never the whole value). Limits, documented in
+docs/formats.md: a decimal has at most :data:`MAX_DECIMAL_DIGITS` digits and a scale within
+±:data:`MAX_DECIMAL_SCALE` (a DECIMAL(p, s) column's own precision bounds it further, and its base64
+bytes are refused by their length before any conversion: turning binary into digits is quadratic);
+JSON kept as text in a STRING column nests at most :data:`MAX_JSON_TEXT_DEPTH` levels.
 """
 
 from __future__ import annotations
@@ -26,12 +33,13 @@ import math
 import re
 import struct
 from collections.abc import Callable, Mapping
-from decimal import ROUND_HALF_UP, Context, Decimal, InvalidOperation
+from decimal import ROUND_HALF_UP, Context, Decimal, DivisionByZero, InvalidOperation, Overflow
+from functools import lru_cache
 from typing import Any
 
 import orjson
 
-from cdcflow.formats.errors import FieldError
+from cdcflow.formats.errors import FieldError, excerpt
 from cdcflow.formats.types import INTEGER_RANGES, DataType, Schema, TypeKind
 
 Converter = Callable[[Any], Any]
@@ -39,9 +47,25 @@ Converter = Callable[[Any], Any]
 EPOCH = dt.datetime(1970, 1, 1)
 EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 EPOCH_DATE = dt.date(1970, 1, 1)
-#: Arithmetic on decimals must never round: 28 digits (Python's default context) is less than Spark's 38.
-EXACT = Context(prec=1000, rounding=ROUND_HALF_UP)
-_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+#: The most digits a decimal value may have (a VariableScaleDecimal has no declared precision; a STRING
+#: column keeps its exact digits): the binary-to-digits conversion is quadratic, so longer values are
+#: refused by their length before it.
+MAX_DECIMAL_DIGITS = 10_000
+#: The largest scale (digits after the point, negative: zeros before it) of a decimal value.
+MAX_DECIMAL_SCALE = 10_000
+#: The deepest JSON value kept as text in a STRING column (orjson writes at most this many levels).
+MAX_JSON_TEXT_DEPTH = 254
+#: Arithmetic on decimals must never round: 28 digits (Python's default context) is less than Spark's
+#: 38, and a value may have up to MAX_DECIMAL_DIGITS digits; any rounding raises instead.
+EXACT = Context(
+    prec=MAX_DECIMAL_DIGITS + 2 * MAX_DECIMAL_SCALE,
+    rounding=ROUND_HALF_UP,
+    Emax=4 * (MAX_DECIMAL_DIGITS + MAX_DECIMAL_SCALE),
+    Emin=-4 * (MAX_DECIMAL_DIGITS + MAX_DECIMAL_SCALE),
+    traps=[InvalidOperation, Overflow, DivisionByZero],
+)
+# No nested quantifier that can trade digits (``\d+\.?\d*`` backtracks quadratically on a long digit run).
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
 _LONG_FRACTION = re.compile(r"(\.\d{6})\d+")
 _TIMESTAMP_FORMS = "a timestamp (yyyy-MM-dd HH:mm:ss[.fff][zone] or an epoch integer)"
 _SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
@@ -57,8 +81,46 @@ def units_per_second(precision: int | None) -> int:
 
 
 def _fail(value: Any, expected: str) -> FieldError:
-    text = repr(value)
-    return FieldError("", f"expected {expected}, got {text[:60] + '...' if len(text) > 60 else text}")
+    return FieldError("", f"expected {expected}, got {excerpt(value)}")
+
+
+def shown(number: Any) -> str:
+    """A number as an error message shows it: its digits (a decimal's without ``Decimal(...)``), cut
+    to about 60 characters."""
+    if isinstance(number, Decimal):
+        text = str(number)
+        return text if len(text) <= 60 else text[:57] + "..."
+    return excerpt(number)
+
+
+@lru_cache(maxsize=128)
+def decimal_bytes_limit(precision: int | None) -> int:
+    """The most bytes a two's-complement unscaled value of ``precision`` digits takes (the limit's
+    without a precision)."""
+    digits = MAX_DECIMAL_DIGITS if precision is None else min(precision, MAX_DECIMAL_DIGITS)
+    largest: int = 10**digits - 1
+    return largest.bit_length() // 8 + 1
+
+
+def _base64_limit(precision: int | None) -> int:
+    return 4 * -(-decimal_bytes_limit(precision) // 3)
+
+
+def _too_long(length: int, unit: str, precision: int | None) -> FieldError:
+    bound = (
+        f"a DECIMAL of precision {precision} has at most {decimal_bytes_limit(precision)}"
+        if precision is not None and precision < MAX_DECIMAL_DIGITS
+        else f"a decimal value has at most {MAX_DECIMAL_DIGITS:,} digits, {decimal_bytes_limit(None):,}"
+    )
+    return FieldError("", f"the decimal's unscaled value is {length:,} {unit} long: {bound} bytes")
+
+
+def _check_scale(scale: int) -> None:
+    if not -MAX_DECIMAL_SCALE <= scale <= MAX_DECIMAL_SCALE:
+        raise FieldError(
+            "",
+            f"the decimal's scale {excerpt(scale)} is beyond ±{MAX_DECIMAL_SCALE:,}, the largest supported",
+        )
 
 
 class InexactNumber(Exception):  # noqa: N818 - a signal, not an error
@@ -66,8 +128,14 @@ class InexactNumber(Exception):  # noqa: N818 - a signal, not an error
 
 
 def loads_exact(data: bytes) -> Any:
-    """JSON with numbers as exact decimals (slow path, for messages with long decimals)."""
-    return json.loads(data, parse_float=Decimal)
+    """JSON with numbers as exact decimals (slow path, for messages with long decimals; orjson has
+    read them already, so they are valid JSON nested at most 1,024 levels)."""
+    try:
+        return json.loads(data, parse_float=Decimal)
+    except RecursionError:
+        raise FieldError("", "the JSON is nested too deeply to read its numbers exactly") from None
+    except ValueError as error:  # an integer over Python's 4,300-digit conversion limit
+        raise FieldError("", f"a number cannot be read exactly ({str(error)[:80]})") from None
 
 
 def _integer(kind: TypeKind) -> Converter:
@@ -77,19 +145,34 @@ def _integer(kind: TypeKind) -> Converter:
         if value.__class__ is int:
             number = value
         elif isinstance(value, str):
+            text = value.strip()
+            if len(text) > _MAX_INTEGER_TEXT:
+                raise FieldError("", f"{excerpt(value)} is too long to be a {kind.value}")
             try:
-                number = int(value.strip())
+                number = int(text)
             except ValueError:
                 raise _fail(value, f"an integer for {kind.value}") from None
-        elif isinstance(value, (float, Decimal)) and value == int(value):
+        elif isinstance(value, (float, Decimal)) and _is_whole(value):
+            if not low <= value <= high:
+                raise FieldError("", f"{shown(value)} is out of range for {kind.value}")
             number = int(value)
         else:
             raise _fail(value, f"an integer for {kind.value}")
         if not low <= number <= high:
-            raise FieldError("", f"{number} is out of range for {kind.value}")
+            raise FieldError("", f"{shown(number)} is out of range for {kind.value}")
         return number
 
     return convert
+
+
+#: The longest integer text read (digits, sign and padding); a BIGINT has 19 digits.
+_MAX_INTEGER_TEXT = 100
+
+
+def _is_whole(value: float | Decimal) -> bool:
+    if isinstance(value, Decimal):
+        return value.is_finite() and value == value.to_integral_value()
+    return math.isfinite(value) and value.is_integer()
 
 
 def _boolean(value: Any) -> bool:
@@ -104,7 +187,10 @@ def _float64(value: Any) -> float:
     if value.__class__ is float:
         return value
     if isinstance(value, (int, Decimal)) and not isinstance(value, bool):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:
+            raise FieldError("", f"{shown(value)} is out of range for DOUBLE") from None
     if isinstance(value, str):
         special = _SPECIAL_FLOATS.get(value)
         if special is not None:
@@ -122,30 +208,95 @@ def _float32(value: Any) -> float:
         raise FieldError("", f"{number} is out of range for FLOAT") from None
 
 
-def decimal_from_bytes(data: bytes, scale: int) -> Decimal:
-    return Decimal(int.from_bytes(data, "big", signed=True)).scaleb(-scale, EXACT)
+def decimal_from_bytes(data: bytes, scale: int, precision: int | None = None) -> Decimal:
+    """The exact decimal of two's-complement unscaled bytes; refused by length beyond ``precision``
+    digits (:data:`MAX_DECIMAL_DIGITS` without one) before converting."""
+    _check_scale(scale)
+    if len(data) > decimal_bytes_limit(precision):
+        raise _too_long(len(data), "bytes", precision)
+    unscaled = Decimal(int.from_bytes(data, "big", signed=True))
+    if unscaled.adjusted() >= MAX_DECIMAL_DIGITS:
+        raise _too_many_digits()
+    return unscaled.scaleb(-scale, EXACT)
 
 
-def decimal_from_base64(text: str, scale: int) -> Decimal:
+def _too_many_digits() -> FieldError:
+    return FieldError("", f"the decimal has more than {MAX_DECIMAL_DIGITS:,} digits, the most supported")
+
+
+def decimal_from_base64(text: str, scale: int, precision: int | None = None) -> Decimal:
+    if len(text) > _base64_limit(precision):
+        raise _too_long(len(text), "base64 characters", precision)
     try:
         data = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
         raise _fail(text, "a decimal (a number, or base64 two's-complement bytes)") from None
-    return decimal_from_bytes(data, scale)
+    return decimal_from_bytes(data, scale, precision)
 
 
 def variable_scale_decimal(value: Mapping[str, Any]) -> Decimal:
     """Debezium's ``io.debezium.data.VariableScaleDecimal``: ``{"scale": s, "value": base64}``."""
     scale, unscaled = value.get("scale"), value.get("value")
-    if not isinstance(scale, int) or not isinstance(unscaled, str):
+    if scale.__class__ is not int or not isinstance(unscaled, str):
         raise _fail(value, 'a VariableScaleDecimal {"scale": int, "value": base64}')
     return decimal_from_base64(unscaled, scale)
 
 
+def decimal_from_text(text: str) -> Decimal | None:
+    """The decimal a numeric text stands for (None: not a number); refused beyond the digit limit."""
+    if len(text) > _MAX_DECIMAL_TEXT:
+        raise FieldError(
+            "",
+            f"the value is {len(text):,} characters long: a decimal has at most {MAX_DECIMAL_DIGITS:,} "
+            "digits (or their base64 bytes)",
+        )
+    if not _NUMBER.fullmatch(text):
+        return None
+    number = Decimal(text)
+    if number and not -_MAX_EXPONENT <= number.adjusted() <= _MAX_EXPONENT:
+        raise FieldError("", f"{excerpt(text)} is out of the decimal range (exponents to ±{_MAX_EXPONENT:,})")
+    return number
+
+
+_MAX_DECIMAL_TEXT = MAX_DECIMAL_DIGITS + 40
+_MAX_EXPONENT = MAX_DECIMAL_DIGITS + MAX_DECIMAL_SCALE
+
+
+def fits_decimal(number: Decimal, precision: int | None, scale: int | None) -> Decimal:
+    """``number`` rounded half-up to ``scale`` (if any), or a :class:`FieldError` when it does not fit
+    ``DECIMAL(precision, scale)``; the magnitude is checked before any rounding work."""
+    if not number.is_finite():
+        raise FieldError("", f"{shown(number)} is not a finite decimal")
+    what = f"DECIMAL({precision}, {scale})" if scale is not None else "a decimal"
+    if number and not -_MAX_EXPONENT <= number.adjusted() <= _MAX_EXPONENT:
+        raise FieldError("", f"{shown(number)} is out of the decimal range (exponents to ±{_MAX_EXPONENT:,})")
+    if precision is not None and number and number.adjusted() >= precision - (scale or 0):
+        raise FieldError("", f"{shown(number)} does not fit {what}")
+    if scale is None:
+        if len(number.as_tuple().digits) > MAX_DECIMAL_DIGITS:
+            raise _too_many_digits()
+        return number
+    try:
+        number = number.quantize(_quantum(scale), context=EXACT)
+    except InvalidOperation:
+        raise FieldError("", f"{shown(number)} does not fit {what}") from None
+    if precision is not None and number.copy_abs() >= _power_of_ten(precision - scale):
+        raise FieldError("", f"{shown(number)} does not fit {what}")
+    return number
+
+
+def _power_of_ten(exponent: int) -> Decimal:
+    return Decimal((0, (1,), exponent))
+
+
+@lru_cache(maxsize=64)
+def _quantum(scale: int) -> Decimal:
+    _check_scale(scale)
+    return _power_of_ten(-scale)
+
+
 def _decimal(precision: int | None, scale: int | None) -> Converter:
-    quantum = Decimal(1).scaleb(-scale) if scale is not None else None
     exact_digits = precision if precision is None or precision > 15 else None
-    limit = Decimal(10) ** (precision - (scale or 0)) if precision is not None else None
 
     def convert(value: Any) -> Decimal:
         if isinstance(value, Decimal):
@@ -160,22 +311,13 @@ def _decimal(precision: int | None, scale: int | None) -> Converter:
             number = Decimal(repr(value))
         elif isinstance(value, str):
             text = value.strip()
-            if _NUMBER.fullmatch(text):
-                number = Decimal(text)
-            else:
-                number = decimal_from_base64(text, scale or 0)
+            parsed = decimal_from_text(text)
+            number = parsed if parsed is not None else decimal_from_base64(text, scale or 0, precision)
         elif isinstance(value, Mapping):
             number = variable_scale_decimal(value)
         else:
             raise _fail(value, "a decimal")
-        if quantum is not None:
-            try:
-                number = number.quantize(quantum, context=EXACT)
-            except InvalidOperation:
-                raise FieldError("", f"{number} does not fit DECIMAL({precision}, {scale})") from None
-        if limit is not None and abs(number) >= limit:
-            raise FieldError("", f"{number} does not fit DECIMAL({precision}, {scale})")
-        return number
+        return fits_decimal(number, precision, scale)
 
     return convert
 
@@ -215,7 +357,13 @@ def json_text(value: Any) -> str:
     temporal values as ISO text; never a Python repr (an unknown type is a :class:`FieldError`)."""
     try:
         return orjson.dumps(value, default=_json_default).decode()
-    except orjson.JSONEncodeError:
+    except orjson.JSONEncodeError as error:
+        if "Recursion limit" in str(error):
+            raise FieldError(
+                "",
+                f"the JSON value is nested deeper than {MAX_JSON_TEXT_DEPTH} levels, the most a STRING "
+                "column keeps as text",
+            ) from None
         raise _fail(value, "a value that can be written as JSON text") from None
 
 
@@ -287,11 +435,21 @@ def _timestamp(precision: int | None, *, zoned: bool) -> Converter:
                 ) from None
             if parsed.tzinfo is None:
                 return parsed.replace(tzinfo=dt.UTC) if zoned else parsed
-            utc = parsed.astimezone(dt.UTC)
+            utc = in_utc(parsed, value)
             return utc if zoned else utc.replace(tzinfo=None)
         raise _fail(value, _TIMESTAMP_FORMS)
 
     return convert
+
+
+def in_utc(moment: dt.datetime, value: Any = None) -> dt.datetime:
+    """``moment`` (with a zone) as UTC; a :class:`FieldError` when that falls outside years 1-9999
+    (``0001-01-01T00:00:00+01:00``)."""
+    try:
+        return moment.astimezone(dt.UTC)
+    except (OverflowError, ValueError):
+        shown = excerpt(value) if value is not None else moment.isoformat()
+        raise FieldError("", f"{shown} is out of the TIMESTAMP range (years 1 to 9999 in UTC)") from None
 
 
 def _array(element: DataType) -> Converter:
@@ -323,7 +481,7 @@ def _map(key: DataType, value_type: DataType) -> Converter:
             try:
                 out[convert_key(name)] = None if item is None else convert_value(item)
             except FieldError as error:
-                raise FieldError(join_path(f"[{name!r}]", error.field), error.reason) from None
+                raise FieldError(join_path(f"[{excerpt(name, 40)}]", error.field), error.reason) from None
         return out
 
     return convert

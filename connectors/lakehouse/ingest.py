@@ -8,6 +8,7 @@ unless ``sequence_by`` names another column or ``none``.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from deltalake import DeltaTable
 
+from cdcflow.connectors.accounting import CountsSince, MessageCounts
 from cdcflow.connectors.errors import ConnectorOptionError, schema_change
 from cdcflow.connectors.lakehouse.apply import BatchApplied, Materialize
 from cdcflow.connectors.lakehouse.control import OnTruncate
@@ -42,6 +44,7 @@ DEBEZIUM_SEQUENCE = "source_sequence"
 DEBEZIUM_RESTART = "source_timestamp"
 """The commit time: tells a restarted log position (failover, RESET MASTER) from a late change."""
 Trigger = Literal["available-now", "continuous"]
+ACCOUNTING_DIRECTORY = "cdcflow-accounting"
 
 
 @dataclass(frozen=True)
@@ -123,7 +126,19 @@ class IngestConfig:
             max_offsets_per_trigger=self.max_offsets_per_trigger,
             max_bytes_per_trigger=self.max_bytes_per_trigger,
         )
+        accounting = self.accounting_path()
+        if accounting is not None and not any(key.lower() == "accountingpath" for key in options):
+            options["accountingPath"] = accounting
         return options
+
+    def accounting_path(self) -> str | None:
+        """Where the source's per-range message counts go: the checkpoint's ``cdcflow-accounting``
+        (None for a checkpoint that is not a local or mounted directory)."""
+        given = next((value for key, value in self.options.items() if key.lower() == "accountingpath"), None)
+        if given is not None:
+            return given.removeprefix("file://")
+        checkpoint = self.checkpoint.removeprefix("file://")
+        return None if "://" in checkpoint else os.path.join(checkpoint, ACCOUNTING_DIRECTORY)
 
     def links(self) -> SourceLinks:
         """The columns of the source the applier reads (unavailable columns, keys, control events)."""
@@ -151,6 +166,8 @@ class IngestSummary:
     seconds: float
     table_version: int | None
     table_rows: int | None
+    messages: MessageCounts | None = None
+    """What became of the messages this run read (None without an accounting directory)."""
 
     def __str__(self) -> str:
         p = self.progress
@@ -163,6 +180,7 @@ class IngestSummary:
             f"{p.control_events:,} other control event(s) skipped, {p.unavailable_unfilled:,} unavailable "
             f"value(s) left NULL, {p.skipped} replayed batch(es) skipped; "
             f"table version {self.table_version}, {rows:,} rows"
+            + (f"; {self.messages}" if self.messages is not None else "")
         )
 
 
@@ -180,12 +198,13 @@ def ingest(
 
     sequence = config.resolved_sequence()
     links = config.links()
+    origin = origin_columns(config)
     options = apply_options(
         config.key,
         sequence_by=sequence,
         materialize=config.materialize,
         upsert_key=config.upsert_key if config.upsert_key is not None else config.key,
-        exclude=[*config.ordering_columns(), *links.exclude],
+        exclude=[*config.ordering_columns(), *links.exclude, *origin],
         restart_by=DEBEZIUM_RESTART if sequence == DEBEZIUM_SEQUENCE else None,
         delete_retention=config.delete_retention,
         state_ttl=config.state_ttl,
@@ -202,8 +221,10 @@ def ingest(
     own_session = spark is None
     session = spark or local_session("cdcflow-ingest")
     started = time.monotonic()
+    accounting = config.accounting_path()
+    counts = CountsSince(accounting) if accounting is not None else None
     try:
-        _run(config, session, sink, started, out)
+        _run(config, session, sink, started, out, counts, origin)
     finally:
         if own_session:
             session.stop()
@@ -214,15 +235,47 @@ def ingest(
         seconds=time.monotonic() - started,
         table_version=table.version() if table is not None else None,
         table_rows=table.count() if table is not None else None,
+        messages=counts.counts() if counts is not None else None,
     )
 
 
-def _run(config: IngestConfig, session: SparkSession, sink: DeltaSink, started: float, out: TextIO) -> None:
+def origin_columns(config: IngestConfig) -> tuple[str, ...]:
+    """The metadata columns the job adds so that the applier's errors name where a change came from
+    (``topic/partition@offset``, or ``file:line`` for recorded files), kept out of the table: none when
+    the user asked for them already or a column of the table has one of their names."""
+    from cdcflow.connectors.read_plan import plan_read
+
+    wanted = ("file", "line") if config.path else ("topic", "partition", "offset")
+    requested = set(config._metadata())
+    if config.schema:
+        columns = {f.name for f in parse_ddl(config.schema)}
+    else:  # the columns the source infers, as it will when the query starts
+        plan = plan_read(config.format, config.source_options(), None)
+        columns = {f.name for f in plan.decoded_columns}
+    if columns & set(wanted):
+        return ()
+    return tuple(name for name in wanted if name not in requested)
+
+
+def _run(
+    config: IngestConfig,
+    session: SparkSession,
+    sink: DeltaSink,
+    started: float,
+    out: TextIO,
+    counts: CountsSince | None = None,
+    origin_metadata: tuple[str, ...] = (),
+) -> None:
     """Run the query; when a message brings columns the inferred ones lack (SchemaChangedError), start
     it again from its checkpoint with them, so they reach the table in the batch where they appear."""
     from pyspark.errors import StreamingQueryException
 
+    from cdcflow.connectors.job import spark_failure
+
     options = config.source_options()
+    if origin_metadata:
+        given = next((key for key in options if key.lower() == "metadata"), "metadata")
+        options[given] = ",".join(filter(None, (options.get(given), *origin_metadata)))
     added = {f.name for f in parse_ddl(options["addedColumns"])} if "addedColumns" in options else set()
     while True:
         changelog = session.readStream.format(config.source).options(**options).load()
@@ -233,16 +286,16 @@ def _run(config: IngestConfig, session: SparkSession, sink: DeltaSink, started: 
             writer = writer.trigger(processingTime=config.interval)
         query = writer.start()
         try:
-            _follow(query, sink.progress, started, out)
+            _follow(query, sink.progress, started, out, counts)
             return
         except StreamingQueryException as error:
             change = schema_change(str(error))
             if change is None:
-                raise
+                raise spark_failure(error) from error
             origin, columns = change
             new = {f.name for f in parse_ddl(columns)}
             if config.schema or new <= added:
-                raise  # declared columns, or no progress: the error says what to do
+                raise spark_failure(error) from error  # declared columns, or no progress: it says what to do
             added |= new
             options["addedColumns"] = ", ".join(filter(None, (options.get("addedColumns"), columns)))
             out.write(
@@ -252,29 +305,42 @@ def _run(config: IngestConfig, session: SparkSession, sink: DeltaSink, started: 
             out.flush()
 
 
-def _follow(query: StreamingQuery, progress: SinkProgress, started: float, out: TextIO) -> None:
+def _follow(
+    query: StreamingQuery,
+    progress: SinkProgress,
+    started: float,
+    out: TextIO,
+    counts: CountsSince | None = None,
+) -> None:
     shown = -1
     try:
         while query.isActive:
             query.awaitTermination(1)
             if progress.batches != shown:
                 shown = progress.batches
-                out.write(
-                    progress_line(progress, time.monotonic() - started, _lag(query.lastProgress)) + "\n"
-                )
+                messages = counts.counts() if counts is not None else None
+                line = progress_line(progress, time.monotonic() - started, _lag(query.lastProgress), messages)
+                out.write(line + "\n")
                 out.flush()
     except KeyboardInterrupt:
-        query.stop()
+        from cdcflow.connectors.job import stop_quietly
+
+        out.write("cdcflow ingest: interrupted: stopping the query (the checkpoint keeps its place)\n")
+        out.flush()
+        stop_quietly(query)
+        return
     query.awaitTermination()
 
 
-def progress_line(progress: SinkProgress, seconds: float, lag: str) -> str:
+def progress_line(
+    progress: SinkProgress, seconds: float, lag: str, messages: MessageCounts | None = None
+) -> str:
     last = progress.last
     latency = f"{last.seconds * 1000:.0f} ms" if last is not None else "-"
     rate = progress.changes / seconds if seconds > 0 else 0.0
     return (
         f"cdcflow ingest: {progress.batches} batches, {progress.changes:,} changes, {rate:,.0f} changes/s, "
-        f"last batch applied in {latency}, lag {lag}"
+        f"last batch applied in {latency}, lag {lag}" + (f"; {messages}" if messages is not None else "")
     )
 
 

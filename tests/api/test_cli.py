@@ -8,13 +8,13 @@ import sys
 from pathlib import Path
 
 
-def run_cli(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(*args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(  # noqa: S603 - our own module, fixed arguments
         [sys.executable, "-m", "cdcflow", *args],
         capture_output=True,
         text=True,
         input=stdin,
-        timeout=60,
+        timeout=timeout,
         check=False,
     )
 
@@ -92,7 +92,7 @@ def test_unknown_op_error_says_the_fix(tmp_path: Path) -> None:
 
 def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     result = run_cli("inspect", str(tmp_path / "nope.jsonl"))
-    assert result.returncode == 1
+    assert result.returncode == 2  # a usage error: the command line names no file
     assert "no such file" in result.stderr
 
 
@@ -154,10 +154,10 @@ def test_inspect_format_errors_name_the_line_and_the_option(tmp_path: Path) -> N
     unknown = run_cli(
         "inspect", "--format", "debezium-json", "--option", "nope=1", "--schema", "id INT", str(file)
     )
-    assert unknown.returncode == 1 and "Supported options: debezium-json.schema-include" in unknown.stderr
+    assert unknown.returncode == 2 and "Supported options: debezium-json.schema-include" in unknown.stderr
     no_format = run_cli("inspect", "--format", "kafka-avro", str(file))
     assert (
-        no_format.returncode == 1
+        no_format.returncode == 2
         and "unknown format 'kafka-avro'; available: debezium-json" in no_format.stderr
     )
 
@@ -208,7 +208,7 @@ def test_cli_errors_never_print_a_registry_credential(tmp_path: Path) -> None:
     file.write_text("{}\n")
     url = f"debezium-avro-confluent.url=ftp://alice:{SECRET}@registry"
     result = run_cli("inspect", str(file), "--format", "debezium-avro-confluent", "--option", url)
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "Invalid url ftp://***@registry" in result.stderr
     assert SECRET not in result.stderr + result.stdout
 
@@ -230,6 +230,6 @@ def test_cli_errors_never_print_a_kafka_secret() -> None:
         "--option",
         f"kafka.sasl.password={SECRET}",
     )
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "Unsupported SASL mechanism: ***" in result.stderr
     assert SECRET not in result.stderr + result.stdout

@@ -83,12 +83,14 @@ def test_config_file_settings_are_overridden_by_flags(tmp_path: Path) -> None:
     assert ingest_config.key == ("id", "region")
     assert ingest_config.target == "/lake/other"
     assert ingest_config.sequence_by == "ts"
-    # The user's limit stays; the job adds controlEvents=emit so that a TRUNCATE (a Canal DDL) is applied.
+    # The user's limit stays; the job adds controlEvents=emit so that a TRUNCATE (a Canal DDL) is applied,
+    # and keeps the source's message counts in its checkpoint.
     assert ingest_config.source_options() == {
         "maxBytesPerTrigger": "1000",
         "a": "b",
         "path": "/data/orders",
         "controlEvents": "emit",
+        "accountingPath": "/chk/orders/cdcflow-accounting",
     }
 
 

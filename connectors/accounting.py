@@ -1,0 +1,165 @@
+"""What became of every message a read took: one counts file per input range, summed by the driver.
+
+Spark 4's Python data sources cannot report custom metrics (``DataSourceReader`` and
+``DataSourceStreamReader`` have no metrics hook, so a query's progress shows only Spark's own
+``numInputRows``), so each task writes its range's counts to ``accountingPath`` when it ends: a file
+named for the range (:func:`range_name`), written under a temporary name and renamed into place, so a
+retried task or a restarted micro-batch replaces it instead of adding to it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, fields
+
+import orjson
+
+from cdcflow.formats.base import FormatMetrics
+
+COUNTS_PREFIX = "counts-"
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def range_name(topic_or_path: str, partition: int | None, start: int, end: int) -> str:
+    """A file-name-safe name for the input range ``[start, end)``: of a Kafka partition
+    (``topic-3-100-200``) or of a recorded file's bytes (``name.jsonl-<hash of its path>-0-4096``)."""
+    if partition is not None:
+        return f"{_UNSAFE.sub('_', topic_or_path)}-{partition}-{start}-{end}"
+    digest = hashlib.sha256(os.path.abspath(topic_or_path).encode()).hexdigest()[:12]
+    return f"{_UNSAFE.sub('_', os.path.basename(topic_or_path))}-{digest}-{start}-{end}"
+
+
+def attempt_suffix() -> str:
+    """A temporary name's suffix unique to this task attempt (speculative attempts run side by side)."""
+    attempt = 0
+    try:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        attempt = context.attemptNumber() if context is not None else 0
+    except ImportError:  # pragma: no cover - the connectors run inside Spark
+        pass
+    return f"attempt-{attempt}-{uuid.uuid4().hex[:12]}"
+
+
+def publish(temporary: str, final: str) -> None:
+    """Move a finished file into place atomically; a file of the same range is replaced."""
+    with open(temporary, "rb") as handle:
+        os.fsync(handle.fileno())
+    os.replace(temporary, final)
+
+
+def discard(temporary: str) -> None:
+    try:
+        os.remove(temporary)
+    except FileNotFoundError:
+        pass
+
+
+@dataclass
+class MessageCounts:
+    """Every message read lands in exactly one of the outcome counters, so they add up to ``read``.
+
+    ``changes`` counts changelog rows (an update is two); ``changed`` the messages they came from.
+    """
+
+    read: int = 0
+    changed: int = 0
+    changes: int = 0
+    dead_letters: int = 0
+    control_events: int = 0
+    filtered: int = 0
+    tombstones: int = 0
+    empty: int = 0
+
+    @classmethod
+    def of(cls, metrics: FormatMetrics) -> MessageCounts:
+        return cls(
+            read=metrics.messages,
+            changed=metrics.changed_messages,
+            changes=metrics.changes,
+            dead_letters=metrics.dead_letters,
+            control_events=metrics.events,
+            filtered=metrics.filtered,
+            tombstones=metrics.tombstones,
+            empty=metrics.empty,
+        )
+
+    def accounted(self) -> int:
+        return (
+            self.changed
+            + self.dead_letters
+            + self.control_events
+            + self.filtered
+            + self.tombstones
+            + self.empty
+        )
+
+    def add(self, other: MessageCounts) -> None:
+        for item in fields(self):
+            setattr(self, item.name, getattr(self, item.name) + getattr(other, item.name))
+
+    def __str__(self) -> str:
+        text = (
+            f"{self.read:,} messages read: {self.changed:,} with changes ({self.changes:,} rows), "
+            f"{self.dead_letters:,} dead letter(s), {self.control_events:,} control event(s), "
+            f"{self.filtered:,} filtered, {self.tombstones:,} tombstone(s), {self.empty:,} empty"
+        )
+        missing = self.read - self.accounted()
+        return text if missing == 0 else f"{text}; {missing:,} UNACCOUNTED (a cdcflow bug: please report)"
+
+
+def write_counts(directory: str, name: str, counts: MessageCounts) -> None:
+    """Write one range's counts (``counts-<range>.json``), replacing an earlier attempt's."""
+    os.makedirs(directory, exist_ok=True)
+    final = os.path.join(directory, f"{COUNTS_PREFIX}{name}.json")
+    temporary = os.path.join(directory, f".{COUNTS_PREFIX}{name}.{attempt_suffix()}.tmp")
+    with open(temporary, "wb") as handle:
+        handle.write(orjson.dumps({"range": name, **counts.__dict__}))
+    publish(temporary, final)
+
+
+def count_files(directory: str) -> dict[str, int]:
+    """The counts files under ``directory`` and their modification times (none if it is missing)."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return {}
+    stamps: dict[str, int] = {}
+    for name in names:
+        if name.startswith(COUNTS_PREFIX) and name.endswith(".json"):
+            try:
+                stamps[name] = os.stat(os.path.join(directory, name)).st_mtime_ns
+            except FileNotFoundError:  # replaced in the meantime: seen next time
+                continue
+    return stamps
+
+
+def read_counts(directory: str, names: Iterable[str] | None = None) -> MessageCounts:
+    """The sum of the counts files under ``directory`` (or only ``names`` of them)."""
+    total = MessageCounts()
+    known = {f.name for f in fields(MessageCounts)}
+    for name in sorted(count_files(directory) if names is None else names):
+        try:
+            with open(os.path.join(directory, name), "rb") as handle:
+                record = orjson.loads(handle.read())
+        except FileNotFoundError:
+            continue
+        total.add(MessageCounts(**{k: int(v) for k, v in record.items() if k in known}))
+    return total
+
+
+class CountsSince:
+    """The counts of the ranges a run wrote: files new or rewritten since it started."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self._before = count_files(directory)
+
+    def counts(self) -> MessageCounts:
+        now = count_files(self.directory)
+        return read_counts(self.directory, [n for n, t in now.items() if self._before.get(n) != t])

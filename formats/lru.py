@@ -1,0 +1,55 @@
+"""A bounded mapping that forgets its least recently used entry: the decoders' per-message caches.
+
+A decoder caches what it derives from a message's own description (a Debezium schema block, a Canal
+``mysqlType`` map, a writer schema) and the last image of each key (unchanged-TOAST filling). Messages
+decide how many distinct entries there are, so every such cache has a fixed size.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable
+from typing import Generic, TypeVar
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+#: Distinct schema descriptions a decoder keeps converters for (a Debezium schema block or Avro writer
+#: schema, a Canal ``mysqlType`` map): about 6 KB each, so at most ~6 MB. A topic with more distinct
+#: schemas than this still decodes, rebuilding the converters of a schema that was forgotten.
+SCHEMA_CACHE_SIZE = 1024
+#: Keys whose last image a Debezium decoder keeps to fill unchanged-TOAST values
+#: (``unavailable-values=FILL``): about 0.5 KB each plus the row's values. Beyond it the least recently
+#: changed key is forgotten and its next unchanged value is reported unavailable instead of filled.
+FILL_STATE_KEYS = 10_000
+
+
+class LruCache(Generic[K, V]):
+    """At most ``size`` entries; reading or writing an entry makes it the most recently used."""
+
+    def __init__(self, size: int) -> None:
+        if size < 1:
+            raise ValueError(f"an LRU cache holds at least one entry, not {size}")
+        self.size = size
+        self._entries: OrderedDict[K, V] = OrderedDict()
+
+    def get(self, key: K) -> V | None:
+        value = self._entries.get(key)
+        if value is not None:
+            self._entries.move_to_end(key)
+        return value
+
+    def put(self, key: K, value: V) -> None:
+        self._entries[key] = value
+        self._entries.move_to_end(key)
+        if len(self._entries) > self.size:
+            self._entries.popitem(last=False)
+
+    def pop(self, key: K) -> None:
+        self._entries.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._entries

@@ -1,0 +1,123 @@
+"""The decoders' per-message caches stay within their documented sizes, whatever the messages hold;
+and a Canal message with no row is counted, never silently dropped."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from cdcflow.formats import DecodeOutput, Message, parse_ddl, resolve_format
+from cdcflow.formats.canal_json import CanalJsonDecoder
+from cdcflow.formats.debezium_json import DebeziumJsonDecoder
+from cdcflow.formats.lru import FILL_STATE_KEYS, SCHEMA_CACHE_SIZE, LruCache
+
+DISTINCT = SCHEMA_CACHE_SIZE + 300
+
+
+def connect_event(version: int) -> bytes:
+    """A Debezium event in Kafka Connect's {schema, payload} form; each version a distinct schema block."""
+    value = {
+        "type": "struct",
+        "optional": True,
+        "name": f"db.t.Value{version}",
+        "fields": [
+            {"type": "int32", "optional": False, "field": "id"},
+            {"type": "string", "optional": True, "field": "name"},
+        ],
+    }
+    schema = {
+        "type": "struct",
+        "name": "db.t.Envelope",
+        "fields": [
+            {**value, "field": "before"},
+            {**value, "field": "after"},
+            {"type": "string", "field": "op"},
+        ],
+    }
+    payload = {"before": None, "after": {"id": version, "name": "x"}, "op": "c"}
+    return orjson.dumps({"schema": schema, "payload": payload})
+
+
+def test_debezium_schema_blocks_are_cached_up_to_the_documented_size() -> None:
+    decoder = resolve_format("debezium-json").create_decoder({"schema-include": "true"})
+    assert isinstance(decoder, DebeziumJsonDecoder)
+    out = decoder.decode_all(Message(connect_event(i)) for i in range(DISTINCT))
+    assert out.metrics.changes == DISTINCT and not out.dead_letters
+    assert len(decoder._by_connect_schema) == SCHEMA_CACHE_SIZE
+    # a forgotten schema decodes again (its converters rebuilt); the cache does not grow
+    again = decoder.decode_all([Message(connect_event(0))])
+    assert again.changes[0].row == {"id": 0, "name": "x"}
+    assert len(decoder._by_connect_schema) == SCHEMA_CACHE_SIZE
+
+
+def test_canal_mysql_type_maps_are_cached_up_to_the_documented_size() -> None:
+    decoder = resolve_format("canal-json").create_decoder({})
+    assert isinstance(decoder, CanalJsonDecoder)
+    messages = [
+        Message(
+            orjson.dumps(
+                {
+                    "type": "INSERT",
+                    "data": [{"id": "1", f"c{i}": "x"}],
+                    "mysqlType": {"id": "int", f"c{i}": "text"},
+                }
+            )
+        )
+        for i in range(DISTINCT)
+    ]
+    out = decoder.decode_all(messages)
+    assert out.metrics.changes == DISTINCT and not out.dead_letters
+    assert len(decoder._by_mysql_types) == SCHEMA_CACHE_SIZE
+
+
+def test_avro_writer_schemas_are_bounded_too() -> None:
+    from tests.formats.avro_events import ENVELOPE_TEXT, FACTORY
+
+    decoder = FACTORY.create_decoder({"schema": ENVELOPE_TEXT})
+    assert isinstance(decoder._writers, LruCache) and decoder._writers.size == SCHEMA_CACHE_SIZE
+    assert isinstance(decoder._keys, LruCache) and decoder._keys.size == SCHEMA_CACHE_SIZE
+
+
+def test_toast_fill_state_keeps_the_last_keys_and_reports_beyond_them() -> None:
+    decoder = resolve_format("debezium-json").create_decoder(
+        {"changelog-mode": "upsert", "key-columns": "id"},
+        parse_ddl("id INT NOT NULL, body STRING"),
+        ["unavailable-columns"],
+    )
+    assert isinstance(decoder, DebeziumJsonDecoder) and decoder._builder._images is not None
+    keys = FILL_STATE_KEYS + 50
+    inserts = [orjson.dumps({"op": "c", "after": {"id": i, "body": f"b{i}"}}) for i in range(keys)]
+    out = decoder.decode_all(Message(value) for value in inserts)
+    assert out.metrics.changes == keys
+    assert len(decoder._builder._images) == FILL_STATE_KEYS
+
+    def unchanged(key: int) -> dict[str, object]:
+        value = orjson.dumps({"op": "u", "after": {"id": key, "body": "__debezium_unavailable_value"}})
+        result = decoder.decode_all([Message(value)])
+        return result.changes[-1].row
+
+    assert unchanged(keys - 1)["body"] == f"b{keys - 1}"  # a recent key: filled
+    forgotten = unchanged(0)  # the least recently changed key is gone: reported, not filled
+    assert forgotten["body"] is None and forgotten["unavailable_columns"] == ["body"]
+
+
+def test_lru_cache_rejects_a_size_below_one() -> None:
+    with pytest.raises(ValueError, match="at least one"):
+        LruCache[int, int](0)
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"type": "INSERT", "data": []},
+        {"type": "DELETE", "data": []},
+        {"type": "UPDATE", "data": [], "old": []},
+    ],
+)
+def test_a_canal_message_with_no_row_is_counted_as_empty(message: dict[str, object]) -> None:
+    """Flink emits nothing for it either; here it moves the ``empty`` counter."""
+    decoder = resolve_format("canal-json").create_decoder({}, parse_ddl("id INT NOT NULL"))
+    out = DecodeOutput()
+    decoder.decode(Message(orjson.dumps({**message, "database": "d", "table": "t"})), out)
+    assert out.changes == [] and out.dead_letters == [] and out.events == []
+    assert out.metrics.messages == 1 and out.metrics.empty == 1 and out.metrics.filtered == 0
