@@ -5,6 +5,9 @@ Spark 4's Python data sources cannot report custom metrics (``DataSourceReader``
 ``numInputRows``), so each task writes its range's counts to ``accountingPath`` when it ends: a file
 named for the range (:func:`range_name`), written under a temporary name and renamed into place, so a
 retried task or a restarted micro-batch replaces it instead of adding to it.
+
+The files of micro-batches Spark has committed are rolled up (:func:`roll_up`) into one ``totals.json``
+and deleted, so the directory of a long-running query stays small.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import orjson
 from cdcflow.formats.base import FormatMetrics
 
 COUNTS_PREFIX = "counts-"
+TOTALS = "totals.json"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -139,27 +143,133 @@ def count_files(directory: str) -> dict[str, int]:
     return stamps
 
 
-def read_counts(directory: str, names: Iterable[str] | None = None) -> MessageCounts:
-    """The sum of the counts files under ``directory`` (or only ``names`` of them)."""
-    total = MessageCounts()
+def _read_file(path: str) -> MessageCounts | None:
+    try:
+        with open(path, "rb") as handle:
+            record = orjson.loads(handle.read())
+    except FileNotFoundError:
+        return None
     known = {f.name for f in fields(MessageCounts)}
-    for name in sorted(count_files(directory) if names is None else names):
-        try:
-            with open(os.path.join(directory, name), "rb") as handle:
-                record = orjson.loads(handle.read())
-        except FileNotFoundError:
-            continue
-        total.add(MessageCounts(**{k: int(v) for k, v in record.items() if k in known}))
+    return MessageCounts(**{k: int(v) for k, v in record.items() if k in known})
+
+
+def read_totals(directory: str) -> tuple[MessageCounts, dict[str, int]]:
+    """The rolled-up counts (zero before the first roll-up) and the counts files (with their
+    modification times) the last roll-up added to them."""
+    try:
+        with open(os.path.join(directory, TOTALS), "rb") as handle:
+            record = orjson.loads(handle.read())
+    except FileNotFoundError:
+        return MessageCounts(), {}
+    known = {f.name for f in fields(MessageCounts)}
+    rolled = {str(name): int(stamp) for name, stamp in record.get("rolled", {}).items()}
+    return MessageCounts(**{k: int(v) for k, v in record.items() if k in known}), rolled
+
+
+def read_counts(directory: str, names: Iterable[str] | None = None) -> MessageCounts:
+    """The counts of the messages read into ``directory``: its rolled-up totals plus its counts files
+    (or only the counts files ``names``)."""
+    if names is not None:
+        total = MessageCounts()
+        for name in sorted(names):
+            counts = _read_file(os.path.join(directory, name))
+            if counts is not None:
+                total.add(counts)
+        return total
+    total, rolled = read_totals(directory)
+    stamps = count_files(directory)
+    total.add(read_counts(directory, [n for n, t in stamps.items() if rolled.get(n) != t]))
     return total
 
 
-class CountsSince:
-    """The counts of the ranges a run wrote: files new or rewritten since it started."""
+def last_commit_time(checkpoint: str) -> int | None:
+    """The modification time (ns) of Spark's commit file of the last committed micro-batch."""
+    commits = os.path.join(checkpoint, "commits")
+    try:
+        batches = [int(name) for name in os.listdir(commits) if name.isdigit()]
+    except FileNotFoundError:
+        return None
+    for batch in sorted(batches, reverse=True):
+        try:
+            return os.stat(os.path.join(commits, str(batch))).st_mtime_ns
+        except FileNotFoundError:  # purged in the meantime
+            continue
+    return None
 
-    def __init__(self, directory: str) -> None:
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+def roll_up(directory: str, checkpoint: str) -> dict[str, tuple[int, MessageCounts]]:
+    """Add the counts files of committed micro-batches to ``totals.json`` and delete them; returns
+    them (name: modification time, counts).
+
+    Spark writes ``<checkpoint>/commits/<N>`` once every task of batch N has written its counts and
+    never runs a committed batch again, so a file older than the last commit file is final. (Strictly
+    older: a file of the next batch may share the commit file's clock tick, and that batch, if the
+    query stops before committing it, rewrites the file when it runs again.) ``totals.json`` names
+    the files it has just added, so that if the deletes do not happen, the next roll-up deletes
+    them without adding them again.
+    """
+    committed = last_commit_time(checkpoint)
+    if committed is None:
+        return {}
+    totals, rolled_before = read_totals(directory)
+    stamps = count_files(directory)
+    for name, stamp in rolled_before.items():
+        if stamps.get(name) == stamp:
+            _remove(os.path.join(directory, name))
+            del stamps[name]
+    rolled: dict[str, tuple[int, MessageCounts]] = {}
+    for name, stamp in sorted(stamps.items()):
+        if stamp < committed:
+            counts = _read_file(os.path.join(directory, name))
+            if counts is not None:
+                rolled[name] = (stamp, counts)
+                totals.add(counts)
+    if rolled:
+        record = {**totals.__dict__, "rolled": {name: stamp for name, (stamp, _) in rolled.items()}}
+        temporary = os.path.join(directory, f".{TOTALS}.{uuid.uuid4().hex[:12]}.tmp")
+        with open(temporary, "wb") as handle:
+            handle.write(orjson.dumps(record))
+        publish(temporary, os.path.join(directory, TOTALS))
+        for name in rolled:
+            _remove(os.path.join(directory, name))
+        for name in os.listdir(directory):  # temporary files of task attempts that never finished
+            if name.startswith(f".{COUNTS_PREFIX}") and name.endswith(".tmp"):
+                path = os.path.join(directory, name)
+                try:
+                    stale = os.stat(path).st_mtime_ns < committed
+                except FileNotFoundError:
+                    continue
+                if stale:
+                    _remove(path)
+    return rolled
+
+
+class CountsSince:
+    """The counts of the ranges a run wrote: files new or rewritten since it started, including those
+    rolled up since (with a ``checkpoint``, its committed files are rolled up first, then whenever the
+    counts are read)."""
+
+    def __init__(self, directory: str, checkpoint: str | None = None) -> None:
         self.directory = directory
+        self.checkpoint = checkpoint
+        if checkpoint is not None:
+            roll_up(directory, checkpoint)
         self._before = count_files(directory)
+        self._rolled = MessageCounts()
 
     def counts(self) -> MessageCounts:
+        if self.checkpoint is not None:
+            for name, (stamp, counts) in roll_up(self.directory, self.checkpoint).items():
+                if self._before.get(name) != stamp:
+                    self._rolled.add(counts)
         now = count_files(self.directory)
-        return read_counts(self.directory, [n for n, t in now.items() if self._before.get(n) != t])
+        total = read_counts(self.directory, [n for n, t in now.items() if self._before.get(n) != t])
+        total.add(self._rolled)
+        return total

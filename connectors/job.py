@@ -128,10 +128,16 @@ def check_source(source: str, options: Mapping[str, str]) -> None:
 
 
 def local_session(app_name: str = "cdcflow") -> SparkSession:
-    """A local[2] session whose Python workers run this interpreter (cdcflow is importable there)."""
+    """A local[2] session whose Python workers run this interpreter (cdcflow is importable there).
+
+    An active session (a notebook's, a job's) is returned as it is: its log level and Ctrl-C handling
+    stay the caller's."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
     builder = SparkSession.builder.master("local[2]").appName(app_name)
     for key, value in {
         **cdcflow_spark_config(),

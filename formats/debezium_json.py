@@ -199,7 +199,10 @@ class DebeziumJsonDecoder(Decoder):
                 raise FieldError("schema", "the message has no schema block and no schema was declared")
             return self._declared
         value_schema = _value_struct(schema_block)
-        fingerprint = _schema_json(value_schema).encode()
+        try:
+            fingerprint = orjson.dumps(value_schema)
+        except orjson.JSONEncodeError:  # nested too deep, an integer beyond 64 bits: say which
+            fingerprint = _schema_json(value_schema).encode()
         rows = self._by_connect_schema.get(fingerprint)
         if rows is None:
             rows = self._connect_rows(value_schema)

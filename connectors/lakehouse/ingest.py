@@ -168,6 +168,8 @@ class IngestSummary:
     table_rows: int | None
     messages: MessageCounts | None = None
     """What became of the messages this run read (None without an accounting directory)."""
+    interrupted: bool = False
+    """Whether Ctrl-C (KeyboardInterrupt) stopped the run before its input was applied."""
 
     def __str__(self) -> str:
         p = self.progress
@@ -181,6 +183,7 @@ class IngestSummary:
             f"value(s) left NULL, {p.skipped} replayed batch(es) skipped; "
             f"table version {self.table_version}, {rows:,} rows"
             + (f"; {self.messages}" if self.messages is not None else "")
+            + ("; interrupted (Ctrl-C): run again to go on from the checkpoint" if self.interrupted else "")
         )
 
 
@@ -222,9 +225,11 @@ def ingest(
     session = spark or local_session("cdcflow-ingest")
     started = time.monotonic()
     accounting = config.accounting_path()
-    counts = CountsSince(accounting) if accounting is not None else None
+    checkpoint = config.checkpoint.removeprefix("file://")
+    local = checkpoint if "://" not in checkpoint else None
+    counts = CountsSince(accounting, local) if accounting is not None else None
     try:
-        _run(config, session, sink, started, out, counts, origin)
+        interrupted = _run(config, session, sink, started, out, counts, origin)
     finally:
         if own_session:
             session.stop()
@@ -236,6 +241,7 @@ def ingest(
         table_version=table.version() if table is not None else None,
         table_rows=table.count() if table is not None else None,
         messages=counts.counts() if counts is not None else None,
+        interrupted=interrupted,
     )
 
 
@@ -265,9 +271,10 @@ def _run(
     out: TextIO,
     counts: CountsSince | None = None,
     origin_metadata: tuple[str, ...] = (),
-) -> None:
+) -> bool:
     """Run the query; when a message brings columns the inferred ones lack (SchemaChangedError), start
-    it again from its checkpoint with them, so they reach the table in the batch where they appear."""
+    it again from its checkpoint with them, so they reach the table in the batch where they appear.
+    True when Ctrl-C stopped it."""
     from pyspark.errors import StreamingQueryException
 
     from cdcflow.connectors.job import spark_failure
@@ -286,8 +293,7 @@ def _run(
             writer = writer.trigger(processingTime=config.interval)
         query = writer.start()
         try:
-            _follow(query, sink.progress, started, out, counts)
-            return
+            return _follow(query, sink.progress, started, out, counts)
         except StreamingQueryException as error:
             change = schema_change(str(error))
             if change is None:
@@ -311,7 +317,8 @@ def _follow(
     started: float,
     out: TextIO,
     counts: CountsSince | None = None,
-) -> None:
+) -> bool:
+    """Print progress until the query ends (False) or Ctrl-C stops it (True)."""
     shown = -1
     try:
         while query.isActive:
@@ -328,8 +335,9 @@ def _follow(
         out.write("cdcflow ingest: interrupted: stopping the query (the checkpoint keeps its place)\n")
         out.flush()
         stop_quietly(query)
-        return
+        return True
     query.awaitTermination()
+    return False
 
 
 def progress_line(

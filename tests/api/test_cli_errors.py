@@ -284,6 +284,7 @@ def test_ctrl_c_stops_a_continuous_ingest_quietly_with_a_summary(tmp_path: Path)
     assert_one_clean_error("".join(seen) + rest)
     assert "cdcflow ingest: interrupted: stopping the query" in rest
     assert "cdcflow ingest: done: " in rest and "table version" in rest
+    assert "interrupted (Ctrl-C): run again to go on from the checkpoint" in rest
 
 
 def test_inspect_accounts_for_every_message(tmp_path: Path) -> None:

@@ -289,6 +289,11 @@ def test_ingest_accounts_for_every_message_in_its_progress_and_summary(
     assert "UNACCOUNTED" not in out.getvalue() + str(summary)
     again = ingest(config, spark, out=io.StringIO())
     assert again.messages is not None and again.messages.read == 0  # nothing new: nothing read
+    # the committed batches' counts files are rolled up into totals.json: same counts, few files
+    accounting = tmp_path / "checkpoint" / "cdcflow-accounting"
+    assert (accounting / "totals.json").exists()
+    assert len(list(accounting.glob("counts-*.json"))) < summary.batches
+    _check_counts(accounting, kinds, messages)
 
 
 @pytest.mark.integration

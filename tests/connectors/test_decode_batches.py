@@ -221,3 +221,52 @@ def test_key_metadata_makes_kafka_reads_fetch_headers_without_adding_the_headers
     )
     (row,) = BatchDecoder(plan).batches([pk_change]).__next__().to_pylist()
     assert (row["id"], row["old_key"], row["new_key"]) == (2, '{"id":1}', None)
+
+
+def _outcomes(metrics: Any) -> tuple[int, ...]:
+    return (
+        metrics.messages,
+        metrics.changed_messages,
+        metrics.changes,
+        metrics.dead_letters,
+        metrics.events,
+        metrics.filtered,
+        metrics.tombstones,
+        metrics.empty,
+    )
+
+
+def test_the_columnar_path_counts_each_message_as_the_per_record_decoder_does(tmp_path: Any) -> None:
+    """Accounting (docs/connectors.md, "Every message is accounted for") whichever path a block takes:
+    Kafka blocks with tombstones, and plain-file chunks with blank lines, read by the columnar decoder."""
+    messages = blocks_apart(keyed=False)
+    messages[5] = tombstone(5, 5)
+    updates = [
+        event(BLOCK_SIZE + 3 + i, None, "u", {"id": i, "name": "a"}, {"id": i, "name": "b"}) for i in range(3)
+    ]
+    messages += updates
+    options = {"unavailable-values": "report"}
+    reference = resolve_format("debezium-json").create_decoder(options, SCHEMA).decode_all(messages).metrics
+    raw = {"kafka.bootstrap.servers": "unused:9092", "subscribe": "t", "columns": COLUMNS, **options}
+    kafka = BatchDecoder(plan_read("debezium-json", raw, None))
+    assert kafka._columnar is not None
+    columnar_blocks = []
+    decode = kafka._columnar.decode
+    kafka._columnar.decode = lambda *args: columnar_blocks.append(decode(*args)) or columnar_blocks[-1]  # type: ignore[method-assign]
+    for _ in kafka.batches(messages):
+        pass
+    assert any(block is not None for block in columnar_blocks)
+    assert _outcomes(kafka.metrics) == _outcomes(reference)
+    assert kafka.metrics.tombstones == 2 and kafka.metrics.unaccounted() == 0
+
+    lines = [m.value for m in messages if m.value is not None and PLACEHOLDER.encode() not in m.value]
+    path = tmp_path / "changes.jsonl"
+    path.write_bytes(b"\n".join(lines[:100]) + b"\n\n  \n" + b"\n".join(lines[100:]) + b"\n")
+    on_file = BatchDecoder(plan_read("debezium-json", {"path": str(path), "columns": COLUMNS}, None))
+    assert on_file.reads_lines
+    for _ in on_file.file_batches(str(path), 0, path.stat().st_size):
+        pass
+    by_line = resolve_format("debezium-json").create_decoder({}, SCHEMA)
+    want = by_line.decode_all([Message(line) for line in lines]).metrics
+    assert _outcomes(on_file.metrics) == _outcomes(want)
+    assert on_file.metrics.changes == len(lines) + len(updates)
