@@ -23,7 +23,14 @@ from cdcflow.connectors.errors import ConnectorOptionError, schema_change
 from cdcflow.connectors.lakehouse.apply import BatchApplied, Materialize
 from cdcflow.connectors.lakehouse.control import OnTruncate
 from cdcflow.connectors.lakehouse.delta_sink import DeltaSink, SinkProgress, apply_options
-from cdcflow.connectors.lakehouse.ingest_defaults import SourceLinks, add_source_defaults, source_links
+from cdcflow.connectors.lakehouse.ingest_defaults import (
+    SourceLinks,
+    add_metadata,
+    add_source_defaults,
+    given_key,
+    metadata_of,
+    source_links,
+)
 from cdcflow.formats.redact import redacted_repr
 from cdcflow.formats.types import parse_ddl
 
@@ -115,10 +122,7 @@ class IngestConfig:
             options.setdefault("subscribe", ",".join(self.topics))
             options.setdefault("startingOffsets", "earliest")
         if self.resolved_sequence() == DEBEZIUM_SEQUENCE:
-            metadata = self._metadata()
-            added = [m for m in ("source.sequence", "source.timestamp") if m not in metadata]
-            given = next((key for key in options if key.lower() == "metadata"), "metadata")
-            options[given] = ",".join([*metadata, *added])
+            add_metadata(options, "source.sequence", "source.timestamp")
         add_source_defaults(
             options,
             self.format,
@@ -127,16 +131,16 @@ class IngestConfig:
             max_bytes_per_trigger=self.max_bytes_per_trigger,
         )
         accounting = self.accounting_path()
-        if accounting is not None and not any(key.lower() == "accountingpath" for key in options):
+        if accounting is not None and given_key(options, "accountingPath") is None:
             options["accountingPath"] = accounting
         return options
 
     def accounting_path(self) -> str | None:
         """Where the source's per-range message counts go: the checkpoint's ``cdcflow-accounting``
         (None for a checkpoint that is not a local or mounted directory)."""
-        given = next((value for key, value in self.options.items() if key.lower() == "accountingpath"), None)
+        given = given_key(self.options, "accountingPath")
         if given is not None:
-            return given.removeprefix("file://")
+            return self.options[given].removeprefix("file://")
         checkpoint = self.checkpoint.removeprefix("file://")
         return None if "://" in checkpoint else os.path.join(checkpoint, ACCOUNTING_DIRECTORY)
 
@@ -146,9 +150,7 @@ class IngestConfig:
 
     def _metadata(self) -> list[str]:
         """The metadata columns the user asked for (kept in the table)."""
-        given = next((key for key in self.options if key.lower() == "metadata"), None)
-        text = self.options[given] if given is not None else ""
-        return [m.strip() for m in text.split(",") if m.strip()]
+        return metadata_of(self.options)
 
     def ordering_columns(self) -> list[str]:
         """The metadata columns the job adds only to order changes (kept out of the table)."""
@@ -281,8 +283,7 @@ def _run(
 
     options = config.source_options()
     if origin_metadata:
-        given = next((key for key in options if key.lower() == "metadata"), "metadata")
-        options[given] = ",".join(filter(None, (options.get(given), *origin_metadata)))
+        add_metadata(options, *origin_metadata)
     added = {f.name for f in parse_ddl(options["addedColumns"])} if "addedColumns" in options else set()
     while True:
         changelog = session.readStream.format(config.source).options(**options).load()

@@ -38,10 +38,24 @@ class SourceLinks:
     exclude: tuple[str, ...]
 
 
-def _given(options: Mapping[str, str], *keys: str) -> str | None:
+def given_key(options: Mapping[str, str], *keys: str) -> str | None:
     """The user's spelling of the first of ``keys`` set in ``options`` (Spark keys are case-insensitive)."""
     wanted = {key.lower() for key in keys}
     return next((key for key in options if key.lower() in wanted), None)
+
+
+def metadata_of(options: Mapping[str, str]) -> list[str]:
+    """The metadata keys ``options`` asks for, in order."""
+    key = given_key(options, "metadata")
+    return [m.strip() for m in options[key].split(",") if m.strip()] if key is not None else []
+
+
+def add_metadata(options: dict[str, str], *names: str) -> None:
+    """Ask for the metadata ``names`` too (those not asked for already), under the user's spelling."""
+    metadata = metadata_of(options)
+    options[given_key(options, "metadata") or "metadata"] = ",".join(
+        [*metadata, *(name for name in names if name not in metadata)]
+    )
 
 
 def _limit(name: str, flag: int | None) -> str | None:
@@ -66,29 +80,26 @@ def add_source_defaults(
         if kafka
         else ("maxBytesPerTrigger", _limit("--max-bytes-per-trigger", max_bytes_per_trigger))
     )
-    given = _given(options, name)
+    given = given_key(options, name)
     if given is not None and flag is not None:
         raise ConnectorOptionError(f"{name} is given twice, as a setting and as --option: keep one")
     if given is None:
         default = DEFAULT_MAX_OFFSETS_PER_TRIGGER if kafka else DEFAULT_MAX_BYTES_PER_TRIGGER
         options[name] = flag if flag is not None else str(default)
-    if _given(options, "controlEvents") is None:
+    if given_key(options, "controlEvents") is None:
         options["controlEvents"] = "emit"
     if not format_name.startswith("debezium"):
         return
-    if _given(options, "unavailable-values", f"{format_name}.unavailable-values") is None:
+    if given_key(options, "unavailable-values", f"{format_name}.unavailable-values") is None:
         options["unavailable-values"] = "REPORT"
-    metadata_key = _given(options, "metadata") or "metadata"
-    metadata = [m.strip() for m in options.get(metadata_key, "").split(",") if m.strip()]
-    added = [key for key, _, _ in DEBEZIUM_LINKS if key not in metadata]
-    options[metadata_key] = ",".join([*metadata, *added])
+    add_metadata(options, *(key for key, _, _ in DEBEZIUM_LINKS))
 
 
 def source_links(options: Mapping[str, str], format_name: str, requested_metadata: list[str]) -> SourceLinks:
     """What the applier needs to know of ``options`` (as :func:`add_source_defaults` left them)."""
     apply: dict[str, Any] = {}
     exclude: list[str] = []
-    control = _given(options, "controlEvents")
+    control = given_key(options, "controlEvents")
     if control is not None and options[control].strip().lower() == "emit":
         apply["control_column"] = CONTROL_COLUMN
         exclude.append(CONTROL_COLUMN)

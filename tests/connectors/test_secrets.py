@@ -3,14 +3,11 @@ debuggers print), not in option errors, not in the dead letters a read writes.""
 
 from __future__ import annotations
 
-import json
 import logging
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +15,7 @@ import pytest
 from avro_events import FACTORY, messages
 from kafka_fixture import KafkaCluster, unique_topic
 from pyspark.sql import types as st
+from registry_server import JsonHandler, serving
 from source_cases import topic_records
 
 from cdcflow.connectors import replay
@@ -225,31 +223,17 @@ def test_a_registry_url_whose_password_a_parser_cuts_is_never_shown() -> None:
 # --- dead letters: files and the cdcflow.error.reason header, the registry quoted by its URL ------
 
 
-class _Registry(BaseHTTPRequestHandler):
+class _Registry(JsonHandler):
     """A Schema Registry that knows no schema (404, as Confluent's answers)."""
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        body = json.dumps({"error_code": 40403, "message": "Schema not found"}).encode()
-        self.send_response(404)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        """Quiet."""
+    def answer(self) -> tuple[int, dict[str, Any]]:
+        return 404, {"error_code": 40403, "message": "Schema not found"}
 
 
 @pytest.fixture(scope="module")
 def empty_registry() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Registry)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_Registry) as port:
+        yield f"127.0.0.1:{port}"
 
 
 def _unknown_schema_dump(tmp_path: Path) -> str:

@@ -5,13 +5,12 @@ refusal quotes the credentials) and the parsed configuration's repr."""
 from __future__ import annotations
 
 import base64
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import pytest
 from avro_events import FACTORY, messages
+from registry_server import JsonHandler, serving
 
 from cdcflow.formats import FormatError, FormatOptionError, debezium_avro
 from cdcflow.formats.redact import PLACEHOLDER, is_secret, redact, redacted_repr, shown_settings
@@ -126,34 +125,20 @@ def test_a_missing_schema_becomes_a_dead_letter_without_the_credentials() -> Non
     assert SECRET not in letter.reason
 
 
-class _EchoingRegistry(BaseHTTPRequestHandler):
+class _EchoingRegistry(JsonHandler):
     """A registry (or proxy) whose refusal quotes the credentials it was sent, as some do."""
 
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+    def answer(self) -> tuple[int, dict[str, Any]]:
         header = self.headers.get("Authorization", "")
         scheme, _, value = header.partition(" ")
         quoted = base64.b64decode(value).decode() if scheme == "Basic" else value
-        body = json.dumps({"error_code": 40101, "message": f"Unauthorized: {scheme} {quoted}"}).encode()
-        self.send_response(401)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        """Quiet."""
+        return 401, {"error_code": 40101, "message": f"Unauthorized: {scheme} {quoted}"}
 
 
 @pytest.fixture(scope="module")
 def echoing_registry() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _EchoingRegistry)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(_EchoingRegistry) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 CREDENTIALS = [

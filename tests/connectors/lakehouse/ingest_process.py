@@ -5,10 +5,27 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
+
+
+def start_ingest(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    """``python -m cdcflow ingest ARGS`` in a session of its own (so a SIGKILL of its group reaches
+    the JVM too), its output in ``log``."""
+    with log.open("wb") as out:
+        return subprocess.Popen(  # noqa: S603 - our own command, fixed arguments
+            [sys.executable, "-m", "cdcflow", "ingest", *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def tail(log: Path, lines: int = 20) -> str:
+    return "\n".join(log.read_text(errors="replace").strip().splitlines()[-lines:])
 
 
 def wait_for(

@@ -17,7 +17,6 @@ import json
 import os
 import random
 import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from deltalake import DeltaTable
-from ingest_process import table_version, wait_for, wait_session_gone
+from ingest_process import start_ingest, table_version, tail, wait_for, wait_session_gone
 
 from cdcflow.connectors.lakehouse.delta_sink import STATE_DIR
 
@@ -78,22 +77,22 @@ def test_sigkilled_ingestion_restarts_from_its_checkpoint_exactly_once(
     kills = [Kill(rng.uniform(0.0, 0.02) if i == 1 else rng.uniform(0.1, 1.5)) for i in range(KILLS)]
     seen = -1
     for run, kill in enumerate(kills):
-        job = _start(args, tmp_path / f"run{run}.log")
+        job = start_ingest(args, tmp_path / f"run{run}.log")
         # Progress past the last kill first, then a delay: kills land at varied points of a batch.
         wait_for(job, RUN_TIMEOUT, target, seen + rng.randint(1, 4))
         time.sleep(kill.delay)
-        assert job.poll() is None, f"run {run} finished before its kill: {_tail(tmp_path / f'run{run}.log')}"
+        assert job.poll() is None, f"run {run} finished before its kill: {tail(tmp_path / f'run{run}.log')}"
         os.killpg(job.pid, signal.SIGKILL)
         job.wait()
         wait_session_gone(job.pid)
         seen = table_version(target)
         kill.landed = _where(target, checkpoint)
 
-    job = _start(args, tmp_path / "final.log")
+    job = start_ingest(args, tmp_path / "final.log")
     wait_for(job, RUN_TIMEOUT)
-    assert job.returncode == 0, f"the restarted job failed: {_tail(tmp_path / 'final.log')}"
+    assert job.returncode == 0, f"the restarted job failed: {tail(tmp_path / 'final.log')}"
     report = "; ".join(f"kill {i + 1} after {k.delay:.3f}s: {k.landed}" for i, k in enumerate(kills))
-    print(f"seed {SEED}: {report}; last run: {_tail(tmp_path / 'final.log', 1)}")
+    print(f"seed {SEED}: {report}; last run: {tail(tmp_path / 'final.log', 1)}")
 
     table = DeltaTable(str(target))
     rows = table.to_pyarrow_table().to_pylist()
@@ -108,16 +107,6 @@ def test_sigkilled_ingestion_restarts_from_its_checkpoint_exactly_once(
         transactions = _transactions(log)
         _assert_applied_once(transactions)
         assert [v for _, v in transactions] == applied, f"{log}: not one commit per batch with rows"
-
-
-def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("wb") as out:
-        return subprocess.Popen(  # noqa: S603 - our own command, fixed arguments
-            [sys.executable, "-m", "cdcflow", "ingest", *args],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
 
 
 def _where(target: Path, checkpoint: Path) -> str:
@@ -182,7 +171,3 @@ def _assert_applied_once(transactions: list[tuple[str, int]]) -> None:
         assert version > last.get(app, -1), f"{app}: batch {version} committed after batch {last[app]}"
         last[app] = version
     assert len(last) == 1, f"one streaming query, one application id; got {sorted(last)}"
-
-
-def _tail(log: Path, lines: int = 20) -> str:
-    return "\n".join(log.read_text(errors="replace").strip().splitlines()[-lines:])

@@ -25,8 +25,6 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -37,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from deltalake import DeltaTable
-from ingest_process import table_version, wait_for, wait_session_gone
+from ingest_process import start_ingest, table_version, tail, wait_for, wait_session_gone
 from pyspark.sql.streaming.listener import (
     QueryIdleEvent,
     QueryProgressEvent,
@@ -365,35 +363,21 @@ def test_recorded_workload_restarted_after_sigkill_lands_as_postgres_has_it(
         *("--target", str(target), "--checkpoint", str(checkpoint), "--trigger", "available-now"),
         *(arg for key, value in options.items() for arg in ("--option", f"{key}={value}")),
     ]
-    job = _start(args, tmp_path / "run0.log")
+    job = start_ingest(args, tmp_path / "run0.log")
     wait_for(job, RUN_TIMEOUT, target, version=2)
     time.sleep(0.3)  # lands inside a later batch or between batches, wherever the job is
-    assert job.poll() is None, f"the job finished before its kill: {_tail(tmp_path / 'run0.log')}"
+    assert job.poll() is None, f"the job finished before its kill: {tail(tmp_path / 'run0.log')}"
     os.killpg(job.pid, signal.SIGKILL)
     job.wait()
     wait_session_gone(job.pid)
     killed_at = table_version(target)
 
-    job = _start(args, tmp_path / "run1.log")
+    job = start_ingest(args, tmp_path / "run1.log")
     wait_for(job, RUN_TIMEOUT)
-    assert job.returncode == 0, f"the restarted job failed: {_tail(tmp_path / 'run1.log')}"
+    assert job.returncode == 0, f"the restarted job failed: {tail(tmp_path / 'run1.log')}"
     assert table_version(target) > killed_at, "the restarted job applied nothing"
     assert_batches_and_partitions(checkpoint, dump, options)
 
     want, got = postgres_rows(expected, table), delta_rows(target)
     problems = differences(table, want, got)
     assert not problems, f"killed at table version {killed_at}: {problems}"
-
-
-def _start(args: list[str], log: Path) -> subprocess.Popen[bytes]:
-    with log.open("wb") as out:
-        return subprocess.Popen(  # noqa: S603 - our own command, fixed arguments
-            [sys.executable, "-m", "cdcflow", "ingest", *args],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-
-def _tail(log: Path, lines: int = 20) -> str:
-    return "\n".join(log.read_text(errors="replace").strip().splitlines()[-lines:])
