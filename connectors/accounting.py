@@ -79,6 +79,8 @@ class MessageCounts:
     filtered: int = 0
     tombstones: int = 0
     empty: int = 0
+    internal_errors: int = 0
+    """Of the dead letters, those a cdcflow bug made (not part of :meth:`accounted`)."""
 
     @classmethod
     def of(cls, metrics: FormatMetrics) -> MessageCounts:
@@ -91,6 +93,7 @@ class MessageCounts:
             filtered=metrics.filtered,
             tombstones=metrics.tombstones,
             empty=metrics.empty,
+            internal_errors=metrics.internal_errors,
         )
 
     def accounted(self) -> int:
@@ -110,7 +113,8 @@ class MessageCounts:
     def __str__(self) -> str:
         text = (
             f"{self.read:,} messages read: {self.changed:,} with changes ({self.changes:,} rows), "
-            f"{self.dead_letters:,} dead letter(s), {self.control_events:,} control event(s), "
+            f"{self.dead_letters:,} dead letter(s) ({self.internal_errors:,} internal errors), "
+            f"{self.control_events:,} control event(s), "
             f"{self.filtered:,} filtered, {self.tombstones:,} tombstone(s), {self.empty:,} empty"
         )
         missing = self.read - self.accounted()

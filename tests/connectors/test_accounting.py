@@ -12,6 +12,7 @@ import pytest
 
 from cdcflow.connectors import accounting
 from cdcflow.connectors.accounting import CountsSince, MessageCounts, read_counts, roll_up, write_counts
+from cdcflow.formats import FormatMetrics
 
 SECOND = 1_000_000_000
 T0 = 1_700_000_000 * SECOND
@@ -205,3 +206,12 @@ def test_roll_up_work_stays_bounded_by_the_files_left(dirs: tuple[Path, Path]) -
         assert since.counts().read == 4 * (batch + 1)
         assert len(_names(directory)) == 1  # totals.json
     assert read_counts(str(directory)).read == 200
+
+
+def test_internal_errors_reach_the_counts_files_and_their_summary(tmp_path: Path) -> None:
+    metrics = FormatMetrics(messages=3, changed_messages=1, dead_letters=2, internal_errors=1)
+    write_counts(str(tmp_path), "t-0-0-3", MessageCounts.of(metrics))
+    counts = read_counts(str(tmp_path))
+    assert (counts.read, counts.dead_letters, counts.internal_errors) == (3, 2, 1)
+    assert counts.accounted() == 3
+    assert "2 dead letter(s) (1 internal errors)" in str(counts)
