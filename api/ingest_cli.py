@@ -36,6 +36,8 @@ SETTINGS = (
     "max_offsets_per_trigger",
     "max_bytes_per_trigger",
     "kafka_timeout",
+    "backend",
+    "delta_jars",
 )
 
 
@@ -100,6 +102,18 @@ def add_parser(commands: Any) -> None:
         metavar="SECONDS",
         help="give up on unreachable Kafka brokers after SECONDS (default 30); the option "
         "kafkaConsumer.pollTimeoutMs sets it in milliseconds",
+    )
+    ingest.add_argument(
+        "--backend",
+        choices=["delta-rs", "spark"],
+        help="who merges into Delta: delta-rs in the driver (default), or Spark with Delta Lake's jars "
+        "(delta-spark), the merge running on the executors",
+    )
+    ingest.add_argument(
+        "--delta-jars",
+        metavar="JARS",
+        help="--backend spark in a local session: delta-spark's jars (files or folders, comma separated; "
+        "default $CDCFLOW_DELTA_JARS); under spark-submit give --packages io.delta:delta-spark_2.13:4.4.0",
     )
     ingest.add_argument("--show", action="store_true", help="print the table at the end (demo default)")
     ingest.set_defaults(command=run)
@@ -187,6 +201,8 @@ def config_from(merged: dict[str, Any]) -> tuple[Any, bool]:
             on_truncate=OnTruncate.parse(merged.get("on_truncate") or "apply"),
             max_offsets_per_trigger=_count(merged.get("max_offsets_per_trigger")),
             max_bytes_per_trigger=_count(merged.get("max_bytes_per_trigger")),
+            backend=merged.get("backend") or "delta-rs",
+            delta_jars=merged.get("delta_jars"),
         ),
         demo,
     )

@@ -31,7 +31,6 @@ from cdcflow.formats.debezium_json import DebeziumJsonDecoder
 _OPS = pa.array(["c", "r", "u", "d"])
 _UPDATE, _DELETE = 2, 3
 _KINDS = pa.array(["+I", "-U", "+U", "-D"])
-_BEFORE_KINDS = (1, 3)
 #: The first row kind of each op code (its index in _OPS); an update adds +U after its -U.
 _FIRST_KIND = np.array([0, 0, 1, 3], dtype=np.int8)
 
@@ -39,10 +38,12 @@ _FIRST_KIND = np.array([0, 0, 1, 3], dtype=np.int8)
 @dataclass(frozen=True)
 class ColumnarBatch:
     """The changelog of a block: ``rows`` has the physical columns then the row kind (``+I`` ...);
-    ``message_index[i]`` is the index, in the decoded block, of the message row ``i`` came from."""
+    ``message_index[i]`` is the index, in the decoded block, of the message row ``i`` came from;
+    ``changed`` is how many messages gave rows (every one that is not a tombstone or blank)."""
 
     rows: pa.RecordBatch
     message_index: pa.Array
+    changed: int
 
 
 class ColumnarDecoder:
@@ -109,6 +110,14 @@ class ColumnarDecoder:
             return None
         return self._decode(Block.of_values(values))
 
+    def decode_array(self, values: pa.Array, keys: pa.Array | None = None) -> ColumnarBatch | None:
+        """:meth:`decode` of message values and keys as Arrow arrays (binary, null for a tombstone)."""
+        if self.keyed_state and keys is not None and keys.null_count < len(keys):
+            return None
+        if not (pa.types.is_binary(values.type) or pa.types.is_large_binary(values.type)):
+            return self._decode(Block.of_values(values.to_pylist()))
+        return self._decode(Block.of_array(values))
+
     def decode_lines(self, block: bytes) -> ColumnarBatch | None:
         """:meth:`decode` of the lines of ``block`` (a chunk of a file of messages, one per line, as the
         file reader splits it: no line break, blank lines skipped); ``message_index`` counts lines."""
@@ -118,7 +127,7 @@ class ColumnarDecoder:
         if block is None or not block.is_strict_json():
             return None
         if len(block.positions) == 0:
-            return ColumnarBatch(_empty(self._output), pa.array([], pa.int64()))
+            return ColumnarBatch(_empty(self._output), pa.array([], pa.int64()), 0)
         try:
             table = pa_json.read_json(
                 pa.py_buffer(block.data),
@@ -141,7 +150,7 @@ class ColumnarDecoder:
         if not _valid_where(after, codes != _DELETE) or not _valid_where(before, needs_before):
             return None  # an image the operation needs is null (e.g. REPLICA IDENTITY DEFAULT)
         message, kinds = _expand(codes)
-        from_before = np.isin(kinds, _BEFORE_KINDS)
+        from_before = (kinds & 1).astype(np.int64)  # -U and -D are the odd kinds
         take = pa.array(message + len(codes) * from_before)  # the before images follow the after ones
         arrays = []
         for index, plan in enumerate(self.columns):
@@ -151,7 +160,7 @@ class ColumnarDecoder:
             arrays.append(pa.concat_arrays(images).take(take))
         arrays.append(_KINDS.take(pa.array(kinds)))
         rows = pa.RecordBatch.from_arrays(arrays, schema=self._output)
-        return ColumnarBatch(rows, pa.array(positions[message]))
+        return ColumnarBatch(rows, pa.array(positions[message]), len(codes))
 
 
 def _expand(codes: npt.NDArray[np.int8]) -> tuple[Positions, npt.NDArray[np.int8]]:

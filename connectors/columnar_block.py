@@ -44,7 +44,7 @@ class Block:
     """Newline-delimited messages: ``data[offsets[i]:offsets[i + 1]]`` is message ``i`` and its line
     break; ``positions`` are the messages that are not blank (blank ones give no row)."""
 
-    data: bytes
+    data: bytes | memoryview
     offsets: Positions
     positions: Positions
 
@@ -63,6 +63,22 @@ class Block:
         return cls._checked(data, offsets, present)
 
     @classmethod
+    def of_array(cls, values: pa.Array) -> Block | None:
+        """:meth:`of_values` of an Arrow binary array (Spark's Kafka ``value`` column), without a Python
+        object per message; None if a value cannot be one JSON object."""
+        if len(values) == 0:
+            return cls.of_values([])
+        separator, nothing = pa.scalar(b"\n", values.type), pa.scalar(b"", values.type)
+        lines = pc.binary_join_element_wise(values, nothing, separator, null_handling="replace")
+        offset_type = np.dtype(np.int64 if pa.types.is_large_binary(values.type) else np.int32)
+        bounds = np.frombuffer(
+            lines.buffers()[1], offset_type, len(lines) + 1, lines.offset * offset_type.itemsize
+        )
+        first, end = int(bounds[0]), int(bounds[-1])
+        data = memoryview(lines.buffers()[2])[first:end] if end > first else b""
+        return cls._checked(data, bounds.astype(np.int64) - first, None)
+
+    @classmethod
     def of_lines(cls, block: bytes) -> Block | None:
         """Lines, each a message without its line break (``\\r\\n`` too); blank lines are skipped."""
         data = block if block.endswith(b"\n") else block + b"\n"
@@ -71,7 +87,9 @@ class Block:
         return cls._checked(data, offsets, None)
 
     @classmethod
-    def _checked(cls, data: bytes, offsets: Positions, values: Sequence[bytes] | None) -> Block | None:
+    def _checked(
+        cls, data: bytes | memoryview, offsets: Positions, values: Sequence[bytes] | None
+    ) -> Block | None:
         if len(data) > MAX_BLOCK_BYTES:
             return None
         view = np.frombuffer(data, dtype=np.uint8)
@@ -81,7 +99,7 @@ class Block:
         last -= (view[last] == _RETURN) & (last > starts)
         plain = (view[starts] == _OPEN_BRACE) & (view[last] == _CLOSE_BRACE)
         for index in np.flatnonzero(~blank & ~plain):
-            value = values[int(index)] if values is not None else data[starts[index] : ends[index]]
+            value = values[int(index)] if values is not None else bytes(data[starts[index] : ends[index]])
             shape = _shape(value)
             if shape is None:
                 return None
@@ -112,7 +130,7 @@ class Block:
         return True
 
 
-def _may_have_long_number(data: bytes) -> bool:
+def _may_have_long_number(data: bytes | memoryview) -> bool:
     """False if no number in ``data`` has an exponent (an e or E after a digit) or 150 digits in a row.
 
     Such a run covers 8 aligned 8-byte words of digits, or ends in the bytes after the last whole 64.
@@ -133,7 +151,7 @@ def _may_have_long_number(data: bytes) -> bool:
     return _DIGIT_RUN.search(data, max(0, aligned - 160)) is not None
 
 
-def _binary(data: bytes, offsets: Positions) -> pa.Array:
+def _binary(data: bytes | memoryview, offsets: Positions) -> pa.Array:
     """A binary array over ``data`` (no copy) split at ``offsets``."""
     buffers = [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(data)]
     return pa.Array.from_buffers(pa.binary(), len(offsets) - 1, buffers)

@@ -142,7 +142,7 @@ class BatchDecoder:
     def _count_columnar(self, result: ColumnarBatch, messages: int | None) -> None:
         """Count a block the columnar path decoded: every message in it gave rows or is a tombstone
         (blank lines of a file are no messages)."""
-        changed = pc.count_distinct(result.message_index).as_py() if len(result.message_index) else 0
+        changed = result.changed
         metrics = self.metrics
         metrics.messages += changed if messages is None else messages
         metrics.changed_messages += changed
@@ -166,7 +166,8 @@ class BatchDecoder:
     def _decode_block(self, block: Sequence[Message], *, columnar: bool = True) -> pa.RecordBatch | None:
         if columnar and self._columnar is not None:
             # Keys, because a decoder that fills unchanged values keeps its state per Kafka key.
-            result = self._columnar.decode([m.value for m in block], [m.key for m in block])
+            keys = [m.key for m in block] if self._columnar.keyed_state else None
+            result = self._columnar.decode([m.value for m in block], keys)
             if result is not None:
                 self._count_columnar(result, messages=len(block))
                 return self._arrange(result.rows, result.message_index, block)

@@ -127,9 +127,10 @@ def check_source(source: str, options: Mapping[str, str]) -> None:
         kafka_client.discover_partitions(plan.input.options)
 
 
-def local_session(app_name: str = "cdcflow") -> SparkSession:
+def local_session(app_name: str = "cdcflow", config: Mapping[str, str] | None = None) -> SparkSession:
     """A local[2] session whose Python workers run this interpreter (cdcflow is importable there).
 
+    Under ``spark-submit`` its ``--master``, ``--conf`` and log settings win; these are defaults.
     An active session (a notebook's, a job's) is returned as it is: its log level and Ctrl-C handling
     stay the caller's."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -138,18 +139,29 @@ def local_session(app_name: str = "cdcflow") -> SparkSession:
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    builder = SparkSession.builder.master("local[2]").appName(app_name)
-    for key, value in {
+    settings = {
         **cdcflow_spark_config(),
-        "spark.ui.enabled": "false",
-        "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": "2",
         "spark.sql.session.timeZone": "UTC",
-    }.items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    # A failed query's error reaches the caller; Spark's own ERROR lines would repeat it with stack traces.
-    session.sparkContext.setLogLevel("FATAL")
+    }
+    # spark-submit starts the JVM first and hands this Python its gateway: its --master and --conf rule.
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        session = SparkSession.builder.getOrCreate()
+        for key, value in settings.items():
+            if session.conf.get(key, None) is None:
+                session.conf.set(key, value)
+    else:
+        builder = SparkSession.builder.master("local[2]").appName(app_name)
+        for key, value in {
+            **settings,
+            **(config or {}),  # static settings (jars, extensions): only a session started here takes them
+            "spark.ui.enabled": "false",
+            "spark.ui.showConsoleProgress": "false",
+        }.items():
+            builder = builder.config(key, value)
+        session = builder.getOrCreate()
+        # A failed query's error reaches the caller; Spark's ERROR lines would repeat it with stack traces.
+        session.sparkContext.setLogLevel("FATAL")
     import signal
     import threading
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -14,10 +15,14 @@ from cdcflow.formats import Message
 if TYPE_CHECKING:
     from confluent_kafka import KafkaError, Producer
     from confluent_kafka import Message as KafkaMessage
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 log = logging.getLogger("cdcflow.connectors.kafka")
 
 Headers = Sequence[tuple[str, bytes | None]]
+
+IDEMPOTENT: Mapping[str, Any] = {"enable.idempotence": True, "acks": "all"}
+TRANSACTION_CALL_TIMEOUT_S = 120.0
 
 
 @dataclass
@@ -31,19 +36,28 @@ class _Deliveries:
 class KafkaProducerSink:
     """An idempotent producer (``enable.idempotence=true``, ``acks=all``) writing to ``topic``.
 
-    ``kafka.*`` settings override the defaults. :meth:`flush` waits for every delivery and raises
-    :class:`KafkaConnectorError` if any failed; leaving a ``with`` block without an error flushes.
+    ``kafka.*`` settings override the defaults (``defaults``: other producer settings, e.g. a
+    ``transactional.id``). :meth:`flush` waits for every delivery and raises
+    :class:`KafkaConnectorError` if any failed; leaving a ``with`` block without an error flushes,
+    with an error purges what is queued and aborts an open transaction.
     """
 
-    def __init__(self, client: ClientConfig | KafkaOptions, topic: str | None = None) -> None:
+    def __init__(
+        self,
+        client: ClientConfig | KafkaOptions,
+        topic: str | None = None,
+        defaults: Mapping[str, Any] = IDEMPOTENT,
+    ) -> None:
         require_kafka()
         from confluent_kafka import Producer
 
         self.client = client.client if isinstance(client, KafkaOptions) else client
         self.topic = topic
         self._state = _Deliveries()
-        config: dict[str, Any] = {"enable.idempotence": True, "acks": "all", **self.client.as_dict()}
+        self.in_transaction = False
+        config: dict[str, Any] = {**defaults, **self.client.as_dict()}
         config.update({"logger": self.client.redacting(log), "error_cb": self._on_client_error})
+        self._defaults_id = str(defaults.get("transactional.id", ""))
         self._producer: Producer = self.client.create(lambda: Producer(config))
         self._queued = 0
 
@@ -114,8 +128,81 @@ class KafkaProducerSink:
     def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
         if kind is None:
             self.flush()
-        else:
-            self._producer.purge()
+            return
+        self._producer.purge()
+        if self.in_transaction:
+            try:
+                self.abort_transaction()
+            except KafkaConnectorError as error:  # the coordinator aborts it after transaction.timeout.ms
+                log.warning("could not abort the transaction: %s", error)
+
+    # --- transactions (a producer made with a transactional.id) ------------------------------------
+
+    def init_transactions(self) -> None:
+        """Register the transactional id: fences earlier producers with the same id and completes or
+        aborts their open transaction."""
+        self._transaction_call("start the transactional producer", self._producer.init_transactions)
+
+    def begin_transaction(self) -> None:
+        self._transaction_call("begin a transaction", lambda _: self._producer.begin_transaction())
+        self.in_transaction = True
+
+    def send_offsets_to_transaction(self, offsets: list[KafkaTopicPartition], group: object) -> None:
+        self._transaction_call(
+            "commit the task's marker in the transaction",
+            lambda timeout: self._producer.send_offsets_to_transaction(offsets, group, timeout),
+        )
+
+    def commit_transaction(self) -> None:
+        """Deliver what is queued (raising if a record failed), then commit."""
+        self.flush()
+        self._transaction_call("commit the transaction", self._producer.commit_transaction)
+        self.in_transaction = False
+
+    def abort_transaction(self) -> None:
+        self.in_transaction = False
+        self._transaction_call("abort the transaction", self._producer.abort_transaction)
+
+    def _transaction_call(self, what: str, call: Callable[[float], object]) -> None:
+        """Run a transactional API call, retrying what librdkafka calls retriable until the timeout."""
+        from confluent_kafka import KafkaError, KafkaException
+
+        deadline = time.monotonic() + TRANSACTION_CALL_TIMEOUT_S
+        while True:
+            try:
+                call(max(deadline - time.monotonic(), 1.0))
+                return
+            except KafkaException as exception:
+                error = exception.args[0] if exception.args else None
+                retriable = isinstance(error, KafkaError) and error.retriable()
+                if retriable and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                    continue
+                raise KafkaConnectorError(self._transaction_problem(what, error)) from None
+
+    def _transaction_problem(self, what: str, error: object) -> str:
+        from confluent_kafka import KafkaError
+
+        text = self.client.explain(error)
+        transactional_id = self.client.get("transactional.id") or self._defaults_id
+        where = f"Kafka at {self.client.bootstrap_servers}, transactional.id '{transactional_id}'"
+        code = error.code() if isinstance(error, KafkaError) else None
+        if code in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH):
+            return (
+                f"could not {what} ({where}): {text}; another attempt of this task took over the "
+                "transactional id (a retried or speculative task), which writes the batch instead"
+            )
+        if code == KafkaError.INVALID_TRANSACTION_TIMEOUT:
+            return (
+                f"could not {what} ({where}): {text}; the producer's transaction.timeout.ms exceeds the "
+                "broker's transaction.max.timeout.ms: lower kafka.transaction.timeout.ms or raise the "
+                "broker setting"
+            )
+        return (
+            f"could not {what} ({where}): {text}; exactly-once needs brokers with transactions "
+            "(transaction.state.log.replication.factor and .min.isr no larger than the live brokers), "
+            "or set sink.delivery-guarantee=at-least-once"
+        )
 
     def _on_delivery(self, error: KafkaError | None, record: KafkaMessage) -> None:
         if error is None:

@@ -2,8 +2,9 @@
 
 The consumer is assigned and positioned by hand (no group membership, no commits) and created inside
 :func:`read_range`, never pickled. Offsets below the low watermark or past the end of the partition
-are data loss (``failOnDataLoss``); gaps above the low watermark (compaction, transaction markers)
-are skipped silently, as in Spark.
+are data loss (``failOnDataLoss``); gaps above the low watermark (compaction, transaction markers,
+records of aborted transactions) are skipped silently, as in Spark. Reads are ``read_committed``
+unless ``kafka.isolation.level`` says otherwise.
 """
 
 from __future__ import annotations
@@ -69,8 +70,9 @@ def new_consumer(options: KafkaOptions, on_error: Callable[[KafkaError], None] |
 
     config = options.client.as_dict()
     config.setdefault("group.id", f"{options.group_id_prefix}-{uuid.uuid4().hex}")
-    # Spark's Java consumer reads uncommitted records unless told otherwise; librdkafka's default differs.
-    config.setdefault("isolation.level", "read_uncommitted")
+    # Records of aborted transactions are never read, and offset queries answer the last stable
+    # offset, so ranges end before any open transaction (kafka.isolation.level overrides).
+    config.setdefault("isolation.level", "read_committed")
     config.update(
         {
             "enable.auto.commit": False,

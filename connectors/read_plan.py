@@ -44,6 +44,14 @@ class KafkaInput:
 
 
 @dataclass(frozen=True)
+class FrameInput:
+    """A DataFrame of Kafka records (:func:`~cdcflow.connectors.kafka_frames.decode_kafka`): Spark's
+    Kafka source reads; ``sample`` holds its first records, to infer the columns from (empty: none)."""
+
+    sample: tuple[Message, ...] = ()
+
+
+@dataclass(frozen=True)
 class DeadLetterTarget:
     path: str | None
     topic: str | None
@@ -60,7 +68,7 @@ class ReadPlan:
     control_column: str | None
     """``controlEvents=emit``: the column of each control event row's kind; None: they are skipped."""
     output: st.StructType
-    input: ReplayInput | KafkaInput
+    input: ReplayInput | KafkaInput | FrameInput
     dead_letters: DeadLetterTarget | None
     include_headers: bool
     max_offsets_per_trigger: int
@@ -70,7 +78,14 @@ class ReadPlan:
     """Where each input range's message counts go (``accountingPath``), or None."""
 
 
-def plan_read(format_name: str, raw: Mapping[str, str], user_schema: st.StructType | None) -> ReadPlan:
+def plan_read(
+    format_name: str,
+    raw: Mapping[str, str],
+    user_schema: st.StructType | None,
+    *,
+    frame: FrameInput | None = None,
+) -> ReadPlan:
+    """The read of ``raw``'s input, or (``frame``) the decoding of a DataFrame's Kafka records."""
     factory = resolve_format(format_name)
     options = split_options(raw, factory)
     row_kind = options.get("rowKindColumn")
@@ -79,7 +94,7 @@ def plan_read(format_name: str, raw: Mapping[str, str], user_schema: st.StructTy
     headers = include_headers(options.kafka) or "headers" in connector_metadata
     if headers and "headers" not in connector_metadata:
         connector_metadata = (*connector_metadata, "headers")  # Spark's includeHeaders adds the column
-    source = _input(options)
+    source = _input(options) if frame is None else frame
     dead_letters = _dead_letters(options, factory)
     format_options = dict(options.format)
     if dead_letters is not None:
@@ -247,7 +262,7 @@ def _decoder(
     format_options: dict[str, str],
     columns: Schema | None,
     metadata: tuple[str, ...],
-    source: ReplayInput | KafkaInput,
+    source: ReplayInput | KafkaInput | FrameInput,
     options: SplitOptions,
 ) -> Decoder:
     try:
@@ -301,7 +316,7 @@ def _physical(schema: Schema, factory: FormatFactory, metadata: tuple[str, ...])
     return Schema(tuple(f for f in schema if f.name not in names))
 
 
-def _infer(decoder: Decoder, source: ReplayInput | KafkaInput) -> Schema:
+def _infer(decoder: Decoder, source: ReplayInput | KafkaInput | FrameInput) -> Schema:
     out = DecodeOutput()
     for message in itertools.islice(_sample(source), INFERENCE_SAMPLE):
         decoder.decode(message, out)
@@ -314,7 +329,10 @@ def _infer(decoder: Decoder, source: ReplayInput | KafkaInput) -> Schema:
     )
 
 
-def _sample(source: ReplayInput | KafkaInput) -> Iterator[Message]:
+def _sample(source: ReplayInput | KafkaInput | FrameInput) -> Iterator[Message]:
+    if isinstance(source, FrameInput):
+        yield from source.sample
+        return
     if isinstance(source, ReplayInput):
         for path in source.files:
             yield from replay.read_messages(path)

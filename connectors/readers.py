@@ -66,7 +66,9 @@ def _messages(plan: ReadPlan, split: FileRange | kafka_client.OffsetRange) -> It
 
 
 def _read(plan: ReadPlan, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-    assert isinstance(partition, CdcInputPartition)  # noqa: S101 - built by this module
+    if not isinstance(partition, CdcInputPartition):
+        # With no ranges to read (an empty topic) Spark still runs one task with its own partition.
+        return iter(())
     split = partition.split
     decoder = BatchDecoder(plan, _range_name(split))
     if isinstance(split, FileRange) and decoder.reads_lines and not replay.is_dump(split.path):
@@ -183,6 +185,7 @@ class CdcBatchReader(DataSourceReader):
         plan = self.plan
         if isinstance(plan.input, ReplayInput):
             return _replay_partitions(plan, {}, _file_sizes(plan))
+        assert isinstance(plan.input, KafkaInput)  # noqa: S101 - a source reads Kafka or files
         options = plan.input.options
         ranges = kafka_client.batch_ranges(
             kafka_client.batch_offsets(options, "starting"), kafka_client.batch_offsets(options, "ending")
@@ -201,6 +204,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def initialOffset(self) -> Offsets:
         if isinstance(self.plan.input, ReplayInput):
             return {"files": {}}
+        assert isinstance(self.plan.input, KafkaInput)  # noqa: S101 - a source reads Kafka or files
         return kafka_client.offsets_to_json(kafka_client.stream_starting_offsets(self.plan.input.options))
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -226,6 +230,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _latest(self) -> Offsets:
         if isinstance(self.plan.input, ReplayInput):
             return _file_sizes(self.plan, list_again=True)
+        assert isinstance(self.plan.input, KafkaInput)  # noqa: S101 - a source reads Kafka or files
         return kafka_client.offsets_to_json(kafka_client.latest_offsets(self.plan.input.options))
 
     def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:

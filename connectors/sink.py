@@ -1,17 +1,19 @@
 """The ``cdc-*`` sinks: a changelog DataFrame → the format's envelopes (TO_CHANGELOG) → a Kafka topic.
 
 Key = the primary key columns (``keyColumns``), an idempotent producer, and a batch that fails when a
-delivery fails: at-least-once, as Spark's own Kafka sink. An update is written as ONE update event, and
-a key's changes in their order, or the write fails (:mod:`cdcflow.connectors.sink_order`): a ``-U`` and
-its ``+U`` in different tasks fail the task before either is written; a key written by two tasks of one
-batch fails the batch at its commit.
+delivery fails: at-least-once, as Spark's own Kafka sink; ``sink.delivery-guarantee=exactly-once``
+writes each task's records in a Kafka transaction (:mod:`cdcflow.connectors.sink_transactions`). An
+update is written as ONE update event, and a key's changes in their order, or the write fails
+(:mod:`cdcflow.connectors.sink_order`): a ``-U`` and its ``+U`` in different tasks fail the task before
+either is written; a key written by two tasks of one batch fails the batch at its commit.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import pyarrow as pa
@@ -21,7 +23,8 @@ from pyspark.sql.types import StructType
 from cdcflow.connectors import kafka_client
 from cdcflow.connectors.errors import ConnectorOptionError
 from cdcflow.connectors.sink_order import KeyHashes, UpdatePairs, check_disjoint_keys
-from cdcflow.connectors.source_options import split_options
+from cdcflow.connectors.sink_transactions import TaskTransaction, producer_defaults, task_identity
+from cdcflow.connectors.source_options import DeliveryGuarantee, split_options
 from cdcflow.connectors.spark_types import schema_of_struct
 from cdcflow.core.keys import key_of
 from cdcflow.core.model import Change
@@ -42,6 +45,10 @@ class WritePlan:
     topic: str
     producer_config: kafka_client.ClientConfig
     key_order_check: bool = True
+    delivery: DeliveryGuarantee = DeliveryGuarantee.AT_LEAST_ONCE
+    transactional_id_prefix: str | None = None
+    #: A batch (not streaming) write's id, made on the driver: the marker's write id of its tasks.
+    batch_write_id: str | None = None
 
     def __repr__(self) -> str:
         return redacted_repr(self)
@@ -62,6 +69,8 @@ class WriteCounts(WriterCommitMessage):
     #: The task's input partition, and its keys' hashes (:class:`KeyHashes`; empty without the check).
     task: int | None = None
     key_hashes: bytes = b""
+    #: Exactly-once: an earlier attempt of this task had committed the batch; this one wrote nothing.
+    replayed: bool = False
 
 
 def plan_write(format_name: str, raw: Mapping[str, str], schema: StructType) -> WritePlan:
@@ -78,6 +87,8 @@ def plan_write(format_name: str, raw: Mapping[str, str], schema: StructType) -> 
             "kafka.* settings, 'topic' and 'keyColumns'"
         )
     producer_config = kafka_client.producer_config(options.kafka)
+    delivery, prefix = options.get("sink.delivery-guarantee"), options.get("sink.transactional-id-prefix")
+    _check_delivery(delivery, prefix, producer_config)
     if row_kind not in schema.fieldNames():
         raise ConnectorOptionError(
             f"the DataFrame has no '{row_kind}' column: a changelog needs the row kind (+I, -U, +U, -D) of "
@@ -93,6 +104,8 @@ def plan_write(format_name: str, raw: Mapping[str, str], schema: StructType) -> 
         topic=topic,
         producer_config=producer_config,
         key_order_check=options.get("keyOrderCheck"),
+        delivery=delivery,
+        transactional_id_prefix=prefix,
     )
     if not plan.key_columns:
         raise ConnectorOptionError(
@@ -104,6 +117,43 @@ def plan_write(format_name: str, raw: Mapping[str, str], schema: StructType) -> 
             raise ConnectorOptionError(f"keyColumns names '{column}', which is not a column ({table.names})")
     plan.encoder()  # validates the format options on the driver
     return plan
+
+
+def _check_delivery(
+    delivery: DeliveryGuarantee, prefix: str | None, producer: kafka_client.ClientConfig
+) -> None:
+    exactly_once = delivery is DeliveryGuarantee.EXACTLY_ONCE
+    if prefix is not None and not exactly_once:
+        raise ConnectorOptionError(
+            f"option 'sink.transactional-id-prefix' is set but sink.delivery-guarantee is {delivery.value}: "
+            "transactional ids are used only with sink.delivery-guarantee=exactly-once; set that, or drop "
+            "the prefix"
+        )
+    if prefix is not None and not prefix.strip():
+        raise ConnectorOptionError("option 'sink.transactional-id-prefix' is empty: give a name or drop it")
+    if not exactly_once:
+        return
+    if producer.get("transactional.id") is not None:
+        raise ConnectorOptionError(
+            "option 'kafka.transactional.id' can't be given to a sink: with sink.delivery-guarantee="
+            "exactly-once each task has its own id, <prefix>-<input partition>; set "
+            "sink.transactional-id-prefix instead"
+        )
+    required = {"enable.idempotence": {"true"}, "acks": {"all", "-1"}}
+    for setting, allowed in required.items():
+        value = producer.get(setting)
+        if value is not None and value.strip().lower() not in allowed:
+            raise ConnectorOptionError(
+                f"option 'kafka.{setting}={value}' contradicts sink.delivery-guarantee=exactly-once, which "
+                f"needs {setting}={sorted(allowed)[0]}: drop the option or set "
+                "sink.delivery-guarantee=at-least-once"
+            )
+    timeout = producer.get("transaction.timeout.ms")
+    if timeout is not None and (not timeout.strip().isdigit() or int(timeout) <= 0):
+        raise ConnectorOptionError(
+            f"option 'kafka.transaction.timeout.ms={timeout}' must be a positive number of milliseconds, "
+            "at most the brokers' transaction.max.timeout.ms (default 900000)"
+        )
 
 
 def _python_value(data_type: DataType) -> Callable[[Any], Any] | None:
@@ -160,29 +210,57 @@ def _task_partition() -> int | None:
 
 
 def write_changes(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> WriteCounts:
-    encoder = plan.encoder()
     task = _task_partition()
+    if plan.delivery is not DeliveryGuarantee.EXACTLY_ONCE:
+        with kafka_client.KafkaProducerSink(
+            plan.producer_config, plan.topic, producer_defaults(plan.delivery)
+        ) as producer:
+            return _write(plan, batches, task, producer)
+    transaction = TaskTransaction(
+        plan.producer_config, plan.topic, task_identity(plan.batch_write_id), plan.transactional_id_prefix
+    )
+    try:
+        with transaction.producer:
+            if transaction.start():
+                # The checks still run: the driver's check of the replayed batch sees every key.
+                return replace(_write(plan, batches, task, None), records=0, replayed=True)
+            counts = _write(plan, batches, task, transaction.producer)
+            transaction.commit()
+            return counts
+    finally:
+        transaction.close()
+
+
+def _write(
+    plan: WritePlan,
+    batches: Iterator[pa.RecordBatch],
+    task: int | None,
+    producer: kafka_client.KafkaProducerSink | None,
+) -> WriteCounts:
+    """Encode and queue a task's changes (only check them without a producer)."""
+    encoder = plan.encoder()
     pairs = UpdatePairs(plan.key_columns, pairs_updates=encoder.pairs_updates, task=task)
     keys = KeyHashes()
     changes = records = 0
-    # Leaving the block with an error purges what is still queued; a half update is never queued.
-    with kafka_client.KafkaProducerSink(plan.producer_config, plan.topic) as producer:
 
-        def send(encoded: Sequence[Encoded]) -> None:
-            nonlocal records
+    def send(encoded: Sequence[Encoded]) -> None:
+        nonlocal records
+        if producer is not None:
             for item in encoded:
                 producer.produce(item.key, item.value)
-            records += len(encoded)
+        records += len(encoded)
 
-        for batch in batches:
-            for change in changes_of(batch, plan.table, plan.row_kind_column):
-                key = key_of(change.row, plan.key_columns, changes)
-                pairs.check(change, key, changes)
-                if plan.key_order_check:
-                    keys.add(key)
-                changes += 1
+    for batch in batches:
+        for change in changes_of(batch, plan.table, plan.row_kind_column):
+            key = key_of(change.row, plan.key_columns, changes)
+            pairs.check(change, key, changes)
+            if plan.key_order_check:
+                keys.add(key)
+            changes += 1
+            if producer is not None:
                 send(encoder.encode(change))
-        pairs.finish()
+    pairs.finish()
+    if producer is not None:
         send(encoder.flush())
     return WriteCounts(changes, records, task, keys.packed())
 
@@ -201,7 +279,7 @@ def check_batch(plan: WritePlan, messages: Sequence[WriterCommitMessage | None],
 
 class KafkaChangelogWriter(DataSourceArrowWriter):
     def __init__(self, plan: WritePlan) -> None:
-        self.plan = plan
+        self.plan = replace(plan, batch_write_id=uuid.uuid4().hex)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteCounts:
         return write_changes(self.plan, iterator)
@@ -218,9 +296,11 @@ class KafkaChangelogStreamWriter(DataSourceStreamArrowWriter):
         return write_changes(self.plan, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        """Every record was acknowledged by Kafka before its task ended; what is left is the check
-        that no key was written by two tasks (which would leave its changes without an order)."""
+        """Every record was acknowledged by Kafka (exactly-once: committed) before its task ended; what
+        is left is the check that no key was written by two tasks (which would leave its changes
+        without an order)."""
         check_batch(self.plan, messages, f"micro-batch {batchId}")
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803
-        """Records already delivered stay in the topic (at-least-once); a retried batch writes again."""
+        """Records already delivered stay in the topic; a retried batch writes again (at-least-once),
+        or, exactly-once, only its tasks that had not committed."""

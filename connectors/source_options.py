@@ -23,6 +23,14 @@ CONTROL_COLUMN = "_control"
 """With ``controlEvents=emit``: the column naming a control event's kind (null on change rows)."""
 
 
+class DeliveryGuarantee(Enum):
+    """What a ``cdc-*`` sink promises about its records in Kafka (Flink's ``sink.delivery-guarantee``)."""
+
+    EXACTLY_ONCE = "exactly-once"
+    AT_LEAST_ONCE = "at-least-once"
+    NONE = "none"
+
+
 class ControlEvents(Enum):
     """What a source does with a control event (truncate, message, schema-change, ...)."""
 
@@ -98,6 +106,21 @@ CONNECTOR_OPTIONS: tuple[Option[Any], ...] = (
         True,
         "Sink: fail a batch in which two tasks wrote the same key (their changes would have no order); "
         "each task reports 8 bytes per distinct key to the driver",
+    ),
+    Option(
+        "sink.delivery-guarantee",
+        choice(DeliveryGuarantee),
+        DeliveryGuarantee.AT_LEAST_ONCE,
+        "Sink: exactly-once (one Kafka transaction per task and micro-batch; a replayed batch commits "
+        "nothing twice; needs brokers with transactions), at-least-once (idempotent producer, acks=all) "
+        "or none (acks=1, no idempotence)",
+    ),
+    Option(
+        "sink.transactional-id-prefix",
+        optional_string,
+        None,
+        "Sink, exactly-once: each task's transactional.id is <prefix>-<input partition> (default "
+        "cdcflow-<streaming query id>); unique per query writing to the cluster",
     ),
 )
 _BY_KEY = {option.key.lower(): option for option in CONNECTOR_OPTIONS}

@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable
 
 from cdcflow.connectors.errors import ConnectorOptionError
 from cdcflow.connectors.lakehouse import key_state, restarts, unavailable
@@ -53,17 +52,10 @@ from cdcflow.connectors.lakehouse.control import (
     decide,
     split_controls,
 )
-from cdcflow.connectors.lakehouse.delta_io import (
-    OP,
-    applied_version,
-    local_filesystem,
-    merge_marked,
-    open_table,
-    rows_of_keys,
-    table_before,
-)
-from cdcflow.connectors.lakehouse.delta_schema import create_table, to_delta_columns
+from cdcflow.connectors.lakehouse.delta_io import OP
+from cdcflow.connectors.lakehouse.delta_schema import to_delta_columns
 from cdcflow.connectors.lakehouse.key_state import DELETED_AT, SLOT, STATE_RESTART, STATE_SEQ, UPDATED_AT
+from cdcflow.connectors.lakehouse.table_io import DELTA_RS, Every, TableBackend, TableHandle, applied
 from cdcflow.connectors.lakehouse.unavailable import INTERNAL, UNAVAILABLE, Filled, Links
 from cdcflow.core import Change, RowKind
 from cdcflow.core.materialize import UpsertMaterializer
@@ -188,6 +180,7 @@ class DeltaChangeApplier:
         app_id: str,
         state_path: str | None = None,
         clock: Callable[[], float] = time.time,
+        backend: TableBackend = DELTA_RS,
     ) -> None:
         if options.stateful and not state_path:
             raise ConnectorOptionError(
@@ -200,26 +193,28 @@ class DeltaChangeApplier:
         self.app_id = app_id
         self.state_path = state_path
         self.clock = clock
+        self.backend = backend
+        """Reads and writes the target and the key state: delta-rs, or Spark with Delta's jars."""
 
     def applied_batch(self) -> int:
         """The last batch id committed to the target table (-1 when none)."""
-        return applied_version(open_table(self.target), self.app_id)
+        return applied(self.backend.open(self.target), self.app_id)
 
     def done(self, batch_id: int) -> bool:
         """Whether ``batch_id`` was applied (see :meth:`_progress`)."""
         return self._progress(batch_id)[2]
 
-    def _progress(self, batch_id: int) -> tuple[DeltaTable | None, DeltaTable | None, bool, bool]:
+    def _progress(self, batch_id: int) -> tuple[TableHandle | None, TableHandle | None, bool, bool]:
         """The target, the key state, whether the batch is done, and whether the target has it.
 
         The key state commits after the target, so its id means the whole batch landed (a batch that
         changed only the state has no target commit at all).
         """
-        target = open_table(self.target)
-        state = open_table(self.state_path) if self.state_path and self.options.stateful else None
-        target_done = applied_version(target, self.app_id) >= batch_id
+        target = self.backend.open(self.target)
+        state = self.backend.open(self.state_path) if self.state_path and self.options.stateful else None
+        target_done = applied(target, self.app_id) >= batch_id
         if self.options.stateful:
-            return target, state, applied_version(state, self.app_id) >= batch_id, target_done
+            return target, state, applied(state, self.app_id) >= batch_id, target_done
         return target, state, target_done, target_done
 
     def apply(self, table: pa.Table, batch_id: int) -> BatchApplied:
@@ -239,17 +234,20 @@ class DeltaChangeApplier:
         # A replay whose target commit landed reads the target as the first run did: before that commit.
         reads = target
         if target_done and target is not None and filling:
-            reads = table_before(self.target, target, self.app_id, batch_id)
-        late, epoch = self._late(batch, known) if filling and options.sequence_by else (None, None)
+            reads = target.before(self.app_id, batch_id)
+        late, again, epoch = (None, None, None)
+        if filling and options.sequence_by:
+            late, again, epoch = self._late(batch, known)
         filled = unavailable.fill(
             batch,
             options.key,
             options.links,
-            lambda keys: rows_of_keys(reads, self.target, options.key, keys) if reads is not None else None,
+            lambda keys: reads.rows_of_keys(options.key, keys) if reads is not None else None,
             lambda keys: self._state_rows(state, keys, now),
             now,
             claims=claims,
             late=late,
+            again=again,
             epoch=epoch,
             truncated=truncation is not None,
         )
@@ -279,7 +277,7 @@ class DeltaChangeApplier:
         return result
 
     def _changes(
-        self, table: pa.Table, batch_id: int, state: DeltaTable | None, now: datetime, result: BatchApplied
+        self, table: pa.Table, batch_id: int, state: TableHandle | None, now: datetime, result: BatchApplied
     ) -> tuple[ChangeBatch, Truncation | None, int]:
         """The batch's changes that still count: after its TRUNCATE, and after an earlier batch's."""
         options = self.options
@@ -314,16 +312,14 @@ class DeltaChangeApplier:
         return batch.keep(~late), truncation, int(late.sum())
 
     def _kept_after(
-        self, state: DeltaTable | None, truncation: Truncation | None, winners: pa.Table
+        self, state: TableHandle | None, truncation: Truncation | None, winners: pa.Table
     ) -> pa.Table | None:
         """Under ``sequence_by``, the keys an earlier batch changed after this batch's TRUNCATE (input
         partitions reach a batch at different positions): the truncate keeps their rows."""
         if truncation is None or truncation.sequence is None or state is None or not self.state_path:
             return None
         key = list(self.options.key)
-        rows = state.to_pyarrow_dataset(filesystem=local_filesystem(self.state_path)).to_table(
-            filter=(pc.field(SLOT) == -1) & pc.field(DELETED_AT).is_null()
-        )
+        rows = state.rows_where({SLOT: -1}, [DELETED_AT])
         binary = pa.large_binary()
         sequence = pa.scalar(truncation.sequence, binary)
         newer = pc.fill_null(pc.greater(rows.column(STATE_SEQ).cast(binary), sequence), False)
@@ -340,7 +336,7 @@ class DeltaChangeApplier:
 
     def _save_state(
         self,
-        state: DeltaTable | None,
+        state: TableHandle | None,
         rows: pa.Table | None,
         batch: ChangeBatch,
         truncation: Truncation | None,
@@ -354,10 +350,13 @@ class DeltaChangeApplier:
         key_fields = [batch.data.schema.field(c) for c in options.key]
         if truncation is not None and truncation.sequence is not None and options.sequence_by:
             floor = Floor(truncation.sequence, truncation.restart, now)
-            state = key_state.set_property(self.state_path, state, key_fields, FLOOR, floor.to_json())
+            state = key_state.set_property(
+                self.backend, self.state_path, state, key_fields, FLOOR, floor.to_json()
+            )
         if state is None and (rows is None or not rows.num_rows):
             return
         key_state.save(
+            self.backend,
             self.state_path,
             state,
             rows if rows is not None and rows.num_rows else key_state.no_rows(key_fields),
@@ -372,24 +371,30 @@ class DeltaChangeApplier:
 
     def _late(
         self, batch: ChangeBatch, known: pa.Table | None
-    ) -> tuple[np.ndarray | None, np.ndarray | None]:
-        """Which changes are late (older than their key's applied sequence), and the keys' epochs."""
+    ) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
+        """Which changes are late (older than their key's applied sequence), which are at it, and the
+        keys' epochs."""
         sequences = None
         if known is not None:
             sequences = known.filter(pc.equal(known.column(SLOT), -1)).select(
                 [*self.options.key, STATE_SEQ, STATE_RESTART]
             )
         epochs = restarts.epochs(batch, self.options.key, sequences)
-        late = self._late_mask(batch, sequences, epochs) if sequences is not None else None
-        return (late if late is not None and late.any() else None), (epochs.epoch if epochs.any() else None)
+        if sequences is None:
+            return None, None, (epochs.epoch if epochs.any() else None)
+        late = self._late_mask(batch, sequences, epochs)
+        again = self._late_mask(batch, sequences, epochs, again=True) & ~late
+        return (
+            late if late.any() else None,
+            again if again.any() else None,
+            epochs.epoch if epochs.any() else None,
+        )
 
-    def _state_rows(self, state: DeltaTable | None, keys: pa.Table, now: datetime) -> pa.Table | None:
+    def _state_rows(self, state: TableHandle | None, keys: pa.Table, now: datetime) -> pa.Table | None:
         options = self.options
         if not self.state_path:
             return None
-        return key_state.load(
-            self.state_path, state, options.key, keys, now, options.delete_retention, options.state_ttl
-        )
+        return key_state.load(state, options.key, keys, now, options.delete_retention, options.state_ttl)
 
     def _unavailable_marks(self, batch: ChangeBatch, winners: pa.Table, filled: Filled) -> pa.Array | None:
         """Per winner: the columns its target row keeps (upserts of changes that lacked them)."""
@@ -409,7 +414,7 @@ class DeltaChangeApplier:
         winners: pa.Table,
         filled: Filled,
         marks: pa.Array | None,
-        target: DeltaTable | None,
+        target: TableHandle | None,
     ) -> int:
         """Counts and logs the winners that land with an unavailable column NULL (nothing to keep)."""
         if not filled.unfilled and marks is None:
@@ -424,9 +429,7 @@ class DeltaChangeApplier:
             marked = np.asarray(pc.is_valid(marks), dtype=bool)
             wanted = winners.select(key).filter(pa.array(marked))
             present = (
-                rows_of_keys(target, self.target, key, wanted, columns=key)
-                if target is not None
-                else wanted.slice(0, 0)
+                target.rows_of_keys(key, wanted, columns=key) if target is not None else wanted.slice(0, 0)
             )
             absent = np.asarray(pc.invert(_row_in(wanted, present, key)), dtype=bool)
             missing = marks.filter(pa.array(marked)).filter(pa.array(absent)).to_pylist()
@@ -447,7 +450,7 @@ class DeltaChangeApplier:
 
     def _merge(
         self,
-        target: DeltaTable | None,
+        target: TableHandle | None,
         winners: pa.Table,
         batch_id: int,
         marks: pa.Array | None = None,
@@ -459,21 +462,19 @@ class DeltaChangeApplier:
             winners.drop_columns([c for c in winners.schema.names if c.startswith(INTERNAL)])
         )
         if target is None:
-            target = create_table(self.target, data.schema, key)
+            target = self.backend.create(self.target, data.schema, key)
         source = data.append_column(OP, winners.column(OP))
         if marks is not None:
             source = source.append_column(UNAVAILABLE, marks)
         if kept is not None and kept.num_rows:  # named by the source (so not truncated), not written
             marked = kept.append_column(OP, pa.array(["K"] * kept.num_rows, pa.string()))
             source = pa.concat_tables([source, marked], promote_options="permissive")
-        return merge_marked(
-            target,
-            self.target,
+        return target.merge(
             source,
             key,
             self.app_id,
             batch_id,
-            delete_unmatched="TRUE" if truncation is not None else None,
+            delete_unmatched=[Every()] if truncation is not None else (),
             unavailable=UNAVAILABLE if marks is not None else None,
         )
 
@@ -531,13 +532,17 @@ class DeltaChangeApplier:
     def _count_late(self, batch: ChangeBatch, known: pa.Table, epochs: restarts.Epochs) -> int:
         return int(self._late_mask(batch, known, epochs).sum())
 
-    def _late_mask(self, batch: ChangeBatch, known: pa.Table, epochs: restarts.Epochs) -> np.ndarray:
-        """Changes older than their key's known sequence, before any restart of the key's position."""
+    def _late_mask(
+        self, batch: ChangeBatch, known: pa.Table, epochs: restarts.Epochs, *, again: bool = False
+    ) -> np.ndarray:
+        """Changes older than their key's known sequence (``again``: or at it), before any restart of the
+        key's position."""
         key = list(self.options.key)
         rows = batch.data.select([*key, SEQ, IDX]).join(
             known.select([*key, STATE_SEQ]), key, join_type="inner", use_threads=False
         )
-        older = np.asarray(pc.fill_null(pc.less(rows.column(SEQ), rows.column(STATE_SEQ)), False), dtype=bool)
+        compare = pc.less_equal if again else pc.less
+        older = np.asarray(pc.fill_null(compare(rows.column(SEQ), rows.column(STATE_SEQ)), False), dtype=bool)
         at = np.asarray(rows.column(IDX), dtype=np.int64)
         late = np.zeros(batch.num_rows, dtype=bool)
         late[at[older & (epochs.epoch[at] == 0)]] = True

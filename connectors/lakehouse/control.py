@@ -17,11 +17,11 @@ from datetime import datetime, timedelta
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable
 
 from cdcflow.connectors.errors import ChangelogConsistencyError, ConnectorOptionError
 from cdcflow.connectors.lakehouse.changes import IDX, SEQ, ChangeBatch, coordinates, describe
 from cdcflow.connectors.lakehouse.sequence import sortable
+from cdcflow.connectors.lakehouse.table_io import TableHandle
 
 log = logging.getLogger(__name__)
 TRUNCATE = "truncate"
@@ -101,8 +101,8 @@ class Floor:
         return json.dumps({"sequence": self.sequence.hex(), "restart": restart, "at": self.at.isoformat()})
 
     @classmethod
-    def of(cls, state: DeltaTable | None, now: datetime, retention: timedelta) -> Floor | None:
-        text = state.metadata().configuration.get(FLOOR) if state is not None else None
+    def of(cls, state: TableHandle | None, now: datetime, retention: timedelta) -> Floor | None:
+        text = state.properties().get(FLOOR) if state is not None else None
         if not text:
             return None
         value = json.loads(text)

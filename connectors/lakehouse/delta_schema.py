@@ -9,11 +9,11 @@ fails with :class:`DeltaSchemaError`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable, Field
+from deltalake import DeltaTable, Field, TableFeatures
 from deltalake import Schema as DeltaSchema
 
 from cdcflow.connectors.errors import DeltaSchemaError
@@ -71,12 +71,35 @@ def table_schema(table: DeltaTable) -> pa.Schema:
 
 def create_table(path: str, schema: pa.Schema, key: Sequence[str]) -> DeltaTable:
     fields = [pa.field(f.name, f.type, f.nullable and f.name not in key) for f in schema]
-    return DeltaTable.create(path, schema=pa.schema(fields), mode="ignore")
+    table = DeltaTable.create(path, schema=pa.schema(fields), mode="ignore")
+    protocol = table.protocol()
+    not_null = not all(f.nullable for f in fields)
+    if protocol.min_writer_version >= 7 and not_null and "invariants" not in (protocol.writer_features or []):
+        # delta-rs leaves NOT NULL's feature out of a table-features protocol (a TIMESTAMP_NTZ column
+        # makes one); Delta Lake on Spark then refuses the table (DELTA_FEATURES_PROTOCOL_METADATA_MISMATCH).
+        table.alter.add_feature(TableFeatures.Invariants, allow_protocol_versions_increase=True)
+    return table
 
 
 def conform(table: DeltaTable, data: pa.Table, key: Sequence[str], path: str) -> pa.Table:
     """``data`` shaped like ``table``'s columns, after adding the nullable columns the table lacks."""
-    existing = table_schema(table)
+
+    def add(fields: list[pa.Field]) -> pa.Schema:
+        table.alter.add_columns(list[Field](DeltaSchema.from_arrow(pa.schema(fields)).fields))
+        return table_schema(table)
+
+    return conform_to(table_schema(table), add, data, key, path)
+
+
+def conform_to(
+    existing: pa.Schema,
+    add_columns: Callable[[list[pa.Field]], pa.Schema],
+    data: pa.Table,
+    key: Sequence[str],
+    path: str,
+) -> pa.Table:
+    """``data`` shaped like a table of ``existing`` columns, after ``add_columns`` (which returns the
+    table's new schema) added the nullable columns it lacks."""
     names = set(existing.names)
     added = [f for f in data.schema if f.name not in names]
     for field in added:
@@ -86,9 +109,7 @@ def conform(table: DeltaTable, data: pa.Table, key: Sequence[str], path: str) ->
                 "without it; declare it nullable in the changelog's columns, or write to a new table"
             )
     if added:
-        new_fields = DeltaSchema.from_arrow(pa.schema([f.with_nullable(True) for f in added])).fields
-        table.alter.add_columns(list[Field](new_fields))
-        existing = table_schema(table)
+        existing = add_columns([f.with_nullable(True) for f in added])
     columns = []
     for field in existing:
         if field.name not in data.schema.names:

@@ -23,9 +23,10 @@ from cdcflow.connectors.errors import ConnectorOptionError
 from cdcflow.connectors.lakehouse import app_identity
 from cdcflow.connectors.lakehouse.apply import ApplyOptions, BatchApplied, DeltaChangeApplier, Materialize
 from cdcflow.connectors.lakehouse.control import OnTruncate
+from cdcflow.connectors.lakehouse.table_io import BACKENDS, DELTA_RS, TableBackend
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
 STATE_DIR = "cdcflow-key-state"
@@ -90,7 +91,12 @@ class DeltaSink:
         checkpoint: str,
         app_id: str | None = None,
         on_batch: Callable[[BatchApplied], None] | None = None,
+        backend: str = "delta-rs",
     ) -> None:
+        if backend not in BACKENDS:
+            raise ConnectorOptionError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
+        self.backend = backend
+        self._tables: TableBackend | None = DELTA_RS if backend == "delta-rs" else None
         self.target = target
         self.options = options
         self.checkpoint = checkpoint
@@ -113,13 +119,27 @@ class DeltaSink:
             chosen=self.app_id is not None,
         )
 
-    def applier(self) -> DeltaChangeApplier:
+    def bind(self, spark: SparkSession) -> None:
+        """Before the query starts: set up the back end in ``spark`` (fails with the fix when the
+        Spark back end's Delta jars or session extension are missing)."""
+        if self._tables is None:
+            from cdcflow.connectors.lakehouse.spark_delta import SparkDeltaBackend
+
+            self._tables = SparkDeltaBackend(spark)
+
+    def applier(self, spark: SparkSession | None = None) -> DeltaChangeApplier:
+        if self._tables is None and spark is not None:
+            self.bind(spark)
+        if self._tables is None:
+            raise ConnectorOptionError("the Spark back end needs the batch's SparkSession: bind(spark)")
         if self._applier is None:
             app_id, state = self._app_id(), self._state_path()
             app_identity.claim(
                 self.checkpoint, app_id, self.target, state, record=True, chosen=self.app_id is not None
             )
-            self._applier = DeltaChangeApplier(self.target, self.options, app_id=app_id, state_path=state)
+            self._applier = DeltaChangeApplier(
+                self.target, self.options, app_id=app_id, state_path=state, backend=self._tables
+            )
         return self._applier
 
     def _checkpoint_dir(self) -> str:
@@ -132,7 +152,7 @@ class DeltaSink:
         return os.path.join(self._checkpoint_dir(), STATE_DIR) if self.options.stateful else None
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        applier = self.applier()
+        applier = self.applier(batch.sparkSession if self._tables is None else None)
         applied = applier.apply(batch.toArrow(), batch_id) if not applier.done(batch_id) else None
         result = applied or BatchApplied(batch_id, skipped=True)
         self.progress.add(result)
@@ -183,20 +203,29 @@ def apply_changes(
     checkpoint: str,
     trigger: Mapping[str, Any] | None = None,
     app_id: str | None = None,
+    backend: str = "delta-rs",
     **options: object,
 ) -> StreamingQuery:
     """Start a streaming query applying ``changelog`` (with a row-kind column) to a Delta table.
 
     ``options`` are :func:`apply_options`' keywords (sequence_by, materialize, upsert_key, ...);
-    ``trigger`` is ``writeStream.trigger``'s keywords, e.g. ``{"availableNow": True}``.
+    ``trigger`` is ``writeStream.trigger``'s keywords, e.g. ``{"availableNow": True}``; ``backend``
+    is who merges: ``delta-rs`` (in the driver) or ``spark`` (Delta Lake's jars, on the executors).
     """
     if not changelog.isStreaming:
         raise ConnectorOptionError(
             "apply_changes needs a streaming DataFrame; apply a batch DataFrame with "
             "DeltaChangeApplier(target, apply_options(...), app_id=...).apply(df.toArrow(), batch_id)"
         )
-    sink = DeltaSink(target, apply_options(key, **options), checkpoint, app_id)  # type: ignore[arg-type]
+    sink = DeltaSink(
+        target,
+        apply_options(key, **options),  # type: ignore[arg-type]
+        checkpoint,
+        app_id,
+        backend=backend,
+    )
     sink.check_identity()
+    sink.bind(changelog.sparkSession)
     writer = changelog.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
     if trigger:
         writer = writer.trigger(**trigger)

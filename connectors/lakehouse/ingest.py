@@ -31,6 +31,7 @@ from cdcflow.connectors.lakehouse.ingest_defaults import (
     metadata_of,
     source_links,
 )
+from cdcflow.connectors.lakehouse.table_io import BACKENDS
 from cdcflow.formats.redact import redacted_repr
 from cdcflow.formats.types import parse_ddl
 
@@ -51,6 +52,7 @@ DEBEZIUM_SEQUENCE = "source_sequence"
 DEBEZIUM_RESTART = "source_timestamp"
 """The commit time: tells a restarted log position (failover, RESET MASTER) from a late change."""
 Trigger = Literal["available-now", "continuous"]
+Backend = Literal["delta-rs", "spark"]
 ACCOUNTING_DIRECTORY = "cdcflow-accounting"
 
 
@@ -82,6 +84,10 @@ class IngestConfig:
     """Kafka records per micro-batch; None = DEFAULT_MAX_OFFSETS_PER_TRIGGER, 0 = no limit."""
     max_bytes_per_trigger: int | None = None
     """Bytes of recorded files per micro-batch; None = DEFAULT_MAX_BYTES_PER_TRIGGER, 0 = no limit."""
+    backend: Backend = "delta-rs"
+    """Who merges: delta-rs in the driver, or Spark with Delta Lake's jars (see :mod:`.spark_delta`)."""
+    delta_jars: str | None = None
+    """``backend='spark'`` in a local session: delta-spark's jars or folders (default $CDCFLOW_DELTA_JARS)."""
 
     def __repr__(self) -> str:
         return redacted_repr(self)
@@ -99,6 +105,10 @@ class IngestConfig:
             raise ConnectorOptionError(f"--trigger must be available-now or continuous, not {self.trigger!r}")
         if not self.key:
             raise ConnectorOptionError("--key: name the primary key columns of the table, e.g. --key id")
+        if self.backend not in BACKENDS:
+            raise ConnectorOptionError(
+                f"--backend must be one of {', '.join(BACKENDS)}, not {self.backend!r}"
+            )
 
     @property
     def source(self) -> str:
@@ -216,7 +226,7 @@ def ingest(
         on_truncate=config.on_truncate,
         **links.apply,
     )
-    sink = DeltaSink(config.target, options, config.checkpoint, config.app_id, on_batch)
+    sink = DeltaSink(config.target, options, config.checkpoint, config.app_id, on_batch, config.backend)
     sink.check_identity()
     if spark is None:
         from pyspark.sql import SparkSession
@@ -224,13 +234,14 @@ def ingest(
         spark = SparkSession.getActiveSession()
     # Only a session this call starts is stopped: a notebook's or a test's own keeps running.
     own_session = spark is None
-    session = spark or local_session("cdcflow-ingest")
+    session = spark or local_session("cdcflow-ingest", _session_config(config))
     started = time.monotonic()
     accounting = config.accounting_path()
     checkpoint = config.checkpoint.removeprefix("file://")
     local = checkpoint if "://" not in checkpoint else None
     counts = CountsSince(accounting, local) if accounting is not None else None
     try:
+        sink.bind(session)
         interrupted = _run(config, session, sink, started, out, counts, origin)
     finally:
         if own_session:
@@ -245,6 +256,16 @@ def ingest(
         messages=counts.counts() if counts is not None else None,
         interrupted=interrupted,
     )
+
+
+def _session_config(config: IngestConfig) -> dict[str, str]:
+    """Settings for the local session this job starts: Delta's jars under ``backend='spark'``."""
+    if config.backend != "spark":
+        return {}
+    from cdcflow.connectors.lakehouse.spark_delta import delta_jars, session_config
+
+    jars = delta_jars(config.delta_jars)
+    return session_config(jars) if jars else {}
 
 
 def origin_columns(config: IngestConfig) -> tuple[str, ...]:
@@ -349,7 +370,8 @@ def progress_line(
     rate = progress.changes / seconds if seconds > 0 else 0.0
     return (
         f"cdcflow ingest: {progress.batches} batches, {progress.changes:,} changes, {rate:,.0f} changes/s, "
-        f"last batch applied in {latency}, lag {lag}" + (f"; {messages}" if messages is not None else "")
+        f"last batch applied in {latency}, lag {lag}"
+        + (f"; this run: {messages}" if messages is not None else "")
     )
 
 

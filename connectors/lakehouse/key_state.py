@@ -19,10 +19,10 @@ from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from deltalake import DeltaTable
 
-from cdcflow.connectors.lakehouse.delta_io import OP, merge_marked, quote, rows_of_keys
-from cdcflow.connectors.lakehouse.delta_schema import create_table, to_delta_columns
+from cdcflow.connectors.lakehouse.delta_io import OP
+from cdcflow.connectors.lakehouse.delta_schema import to_delta_columns
+from cdcflow.connectors.lakehouse.table_io import Before, Clause, NotEqual, TableBackend, TableHandle
 
 SLOT, STATE_SEQ, STATE_RESTART, DELETED_AT, UPDATED_AT = (
     "_cdcflow_slot",
@@ -36,8 +36,7 @@ TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 
 def load(
-    path: str,
-    table: DeltaTable | None,
+    table: TableHandle | None,
     key: Sequence[str],
     keys: pa.Table,
     now: datetime,
@@ -47,7 +46,7 @@ def load(
     """The live state rows of ``keys`` (expired tombstones and entries past the TTL left out)."""
     if table is None:
         return None
-    rows = rows_of_keys(table, path, key, keys)
+    rows = table.rows_of_keys(key, keys)
     if STATE_RESTART not in rows.schema.names:
         rows = rows.append_column(STATE_RESTART, pa.nulls(rows.num_rows, pa.large_binary()))
     if PENDING not in rows.schema.names:
@@ -68,8 +67,9 @@ def _alive(rows: pa.Table, now: datetime, retention: timedelta, ttl: timedelta |
 
 
 def save(
+    backend: TableBackend,
     path: str,
-    table: DeltaTable | None,
+    table: TableHandle | None,
     rows: pa.Table,
     key: Sequence[str],
     app_id: str,
@@ -86,13 +86,13 @@ def save(
     """
     data = to_delta_columns(rows.drop_columns([OP])).append_column(OP, rows.column(OP))
     if table is None:
-        table = create_table(path, data.drop_columns([OP]).schema, [*key, SLOT])
-    expired = f"t.{quote(DELETED_AT)} < '{_iso(now - retention)}'"
+        table = backend.create(path, data.drop_columns([OP]).schema, [*key, SLOT])
+    expired: list[Clause] = [Before(DELETED_AT, now - retention)]
     if ttl is not None:
-        expired += f" OR t.{quote(UPDATED_AT)} < '{_iso(now - ttl)}'"
+        expired.append(Before(UPDATED_AT, now - ttl))
     if truncated:
-        expired += f" OR t.{quote(SLOT)} <> -1"
-    merge_marked(table, path, data, [*key, SLOT], app_id, batch_id, delete_unmatched=expired)
+        expired.append(NotEqual(SLOT, -1))
+    table.merge(data, [*key, SLOT], app_id, batch_id, delete_unmatched=expired)
 
 
 def no_rows(key_fields: Sequence[pa.Field]) -> pa.Table:
@@ -109,13 +109,18 @@ def no_rows(key_fields: Sequence[pa.Field]) -> pa.Table:
 
 
 def set_property(
-    path: str, table: DeltaTable | None, key_fields: Sequence[pa.Field], name: str, value: str
-) -> DeltaTable:
+    backend: TableBackend,
+    path: str,
+    table: TableHandle | None,
+    key_fields: Sequence[pa.Field],
+    name: str,
+    value: str,
+) -> TableHandle:
     """Records ``name = value`` in the state table's properties (creating the table if needed)."""
     if table is None:
         empty = to_delta_columns(no_rows(key_fields).drop_columns([OP]))
-        table = create_table(path, empty.schema, [*(f.name for f in key_fields), SLOT])
-    table.alter.set_table_properties({name: value}, raise_if_not_exists=False)
+        table = backend.create(path, empty.schema, [*(f.name for f in key_fields), SLOT])
+    table.set_properties({name: value})
     return table
 
 
@@ -125,7 +130,3 @@ def stamp(now: datetime) -> pa.Scalar:
 
 def utc_now(clock: float) -> datetime:
     return datetime.fromtimestamp(clock, UTC)
-
-
-def _iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -103,6 +103,7 @@ class Filled:
 @dataclass(frozen=True)
 class _Order:
     late: np.ndarray | None
+    again: np.ndarray | None
     epoch: np.ndarray | None
     truncated: bool
 
@@ -170,20 +171,23 @@ def fill(
     *,
     claims: pa.Table | None = None,
     late: np.ndarray | None = None,
+    again: np.ndarray | None = None,
     epoch: np.ndarray | None = None,
     truncated: bool = False,
 ) -> Filled:
     """Fills ``batch``'s unavailable columns and pairs its key changes.
 
     ``claims``: the open claims of the batch's keys (:func:`open_claims`); ``late``: the changes older
-    than their key's applied sequence (never a previous value); ``epoch``: the restarts of each key's
-    log position (see ``restarts``), for the order the batch applies in; ``truncated``: the batch
-    empties the table, and with it the new keys the state's claims wait for.
+    than their key's applied sequence (never a previous value); ``again``: the changes at their key's
+    applied sequence, applied changes a source sent again (they link no key change a second time);
+    ``epoch``: the restarts of each key's log position (see ``restarts``), for the order the batch
+    applies in; ``truncated``: the batch empties the table, and with it the new keys the state's claims
+    wait for.
     """
     flagged = needs_filling(batch, links, key, claims)
     if flagged is None:
         return Filled(batch)
-    order = _Order(late, epoch, truncated)
+    order = _Order(late, again, epoch, truncated)
     return _Filler(batch, list(key), links, target_rows, state_rows, flagged, now, claims, order).run()
 
 
@@ -217,7 +221,8 @@ class _Filler:
         self.columns = [c for c in converted.schema.names if not c.startswith(INTERNAL)]
         self.key_types = [converted.schema.field(c).type for c in key]
         self.target_rows, self.state_rows, self.flagged = target_rows, state_rows, flagged
-        self.late, self.epoch, self.truncated = order.late, order.epoch, order.truncated
+        self.late, self.again = order.late, order.again
+        self.epoch, self.truncated = order.epoch, order.truncated
         self.claims: dict[Key, _Claim] = {}
         self.looked: set[Key] = set()
         for row in claims.to_pylist() if claims is not None else []:
@@ -273,6 +278,12 @@ class _Filler:
             tuple(col[j] for col in columns) if parsed[j] is not None else None for j in range(len(parsed))
         ]
 
+    def _unlinked(self, keys: list[Key | None], at: np.ndarray) -> list[Key | None]:
+        """``keys`` (links of the changes at ``at``) without those of changes sent again."""
+        if self.again is None:
+            return keys
+        return [None if self.again[i] else k for k, i in zip(keys, at.tolist(), strict=True)]
+
     def _keys_table(self, keys: Sequence[Key]) -> pa.Table:
         return pa.table(
             {c: pa.array([k[i] for k in keys], self.key_types[i]) for i, c in enumerate(self.key)}
@@ -291,7 +302,7 @@ class _Filler:
         batch, key = self.batch, self.key
         flagged_at = np.flatnonzero(self.flagged)
         flagged_keys = batch.data.select(key).take(pa.array(flagged_at)).to_pylist()
-        olds = self._parse(self._extra(self.links.old_key, flagged_at))
+        olds = self._unlinked(self._parse(self._extra(self.links.old_key, flagged_at)), flagged_at)
         creating = batch.kinds[flagged_at] != "-D"
         involved = {tuple(r[c] for c in key) for r in flagged_keys}
         involved |= {o for o, c in zip(olds, creating, strict=True) if o is not None and c}
@@ -313,8 +324,8 @@ class _Filler:
         self.positions = positions.tolist()
         self.kinds = batch.kinds[positions].tolist()
         self.unavailable = self._extra(self.links.unavailable, positions)
-        self.olds = self._parse(self._extra(self.links.old_key, positions))
-        self.news = self._parse(self._extra(self.links.new_key, positions))
+        self.olds = self._unlinked(self._parse(self._extra(self.links.old_key, positions)), positions)
+        self.news = self._unlinked(self._parse(self._extra(self.links.new_key, positions)), positions)
         self.sequences = (
             batch.data.column(SEQ).take(take).to_pylist() if SEQ in batch.data.schema.names else None
         )

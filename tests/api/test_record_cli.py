@@ -1,4 +1,4 @@
-"""``python -m cdcflow record``: a topic dump from a (mock) Kafka cluster, as users run it."""
+"""``python -m cdcflow record``: a topic dump from a Kafka cluster, as users run it."""
 
 from __future__ import annotations
 

@@ -14,6 +14,13 @@ COLUMNS = "id INT NOT NULL, name STRING, price DECIMAL(10,2), qty BIGINT, update
 SCHEMA = parse_ddl(COLUMNS)
 
 
+def spark_schema(ddl: str) -> Any:
+    """``ddl`` (cdcflow's DDL, with time precisions Spark 4.2's parser lacks) as a Spark StructType."""
+    from cdcflow.connectors.spark_types import struct_type
+
+    return struct_type(parse_ddl(ddl))
+
+
 def changelog(events: int, seed: int = 7) -> list[Change]:
     """Inserts, updates (-U/+U) and deletes over a few dozen keys."""
     import datetime as dt

@@ -8,9 +8,22 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
+from java_cache import jars
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+
+def spark_stack_config() -> dict[str, str]:
+    """Spark's Kafka source and Delta Lake's jars from the Maven cache, and loopback networking."""
+    config = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
+    stack = jars("spark-kafka", "delta")
+    if stack:
+        config["spark.jars"] = ",".join(stack)
+        config["spark.sql.extensions"] = "io.delta.sql.DeltaSparkSessionExtension"
+        config["spark.sql.catalog.spark_catalog"] = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+        config["spark.databricks.delta.snapshotPartitions"] = "2"
+    return config
 
 
 @pytest.fixture(scope="session")
@@ -23,7 +36,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     from cdcflow.connectors.session import cdcflow_spark_config
 
     builder = SparkSession.builder.master("local[2]").appName("cdcflow-tests")
-    for key, value in cdcflow_spark_config().items():
+    for key, value in {**cdcflow_spark_config(), **spark_stack_config()}.items():
         builder = builder.config(key, value)
     session = (
         builder.config("spark.ui.enabled", "false")

@@ -8,7 +8,7 @@ from collections import defaultdict
 from typing import Any
 
 import pytest
-from cdc_events import COLUMNS, SCHEMA, changelog
+from cdc_events import COLUMNS, SCHEMA, changelog, spark_schema
 from pyspark.sql import SparkSession
 from spark_rows import collect_changes
 
@@ -27,7 +27,7 @@ def test_avro_round_trip_with_inferred_columns(spark: SparkSession, kafka_cluste
     kafka_cluster.create_topic(topic, 1)
     changes = changelog(120, seed=5)
     rows = [{**change.row, "_row_kind": change.kind.value} for change in changes]
-    changelog_df = spark.createDataFrame(rows, schema=f"{COLUMNS}, _row_kind STRING NOT NULL")
+    changelog_df = spark.createDataFrame(rows, schema=spark_schema(f"{COLUMNS}, _row_kind STRING NOT NULL"))
     (
         changelog_df.coalesce(1)
         .write.format("cdc-debezium-avro")

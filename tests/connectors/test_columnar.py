@@ -88,8 +88,18 @@ class Pair:
         return PerRecord(_comparable(self._builder.build(out.changes)), origins)
 
     def check(self, values: Sequence[bytes | None]) -> ColumnarBatch | None:
-        """The columnar result, asserted equal to the per-record one whenever it is not None."""
-        return self._checked(self.columnar.decode(values), values)
+        """The columnar result, asserted equal to the per-record one whenever it is not None, and the
+        same from Arrow arrays of the values (binary, and a slice of a large_binary one, as Spark's
+        Kafka source hands them to ``decode_kafka``)."""
+        result = self._checked(self.columnar.decode(values), values)
+        padded = pa.array([b"{}", *values, None], pa.large_binary()).slice(1, len(values))
+        for array in (pa.array(values, pa.binary()), padded):
+            same = self.columnar.decode_array(array)
+            assert (same is None) == (result is None)
+            if same is not None and result is not None:
+                assert _comparable(same.rows) == _comparable(result.rows)
+                assert same.message_index.to_pylist() == result.message_index.to_pylist()
+        return result
 
     def check_lines(self, block: bytes) -> ColumnarBatch | None:
         """As :meth:`check`, for the lines of a file as the file reader gives them."""

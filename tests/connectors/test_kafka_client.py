@@ -1,5 +1,5 @@
 """The Kafka client with Spark's Kafka-source semantics: options, offsets, ranges and reads against a
-real (mock) cluster over TCP."""
+real cluster over TCP."""
 
 from __future__ import annotations
 

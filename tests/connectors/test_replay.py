@@ -1,5 +1,5 @@
 """Recorded topics: the dump format byte for byte, plain files, byte-range splits, and recording a topic
-from a (mock) Kafka cluster."""
+from a Kafka cluster."""
 
 from __future__ import annotations
 

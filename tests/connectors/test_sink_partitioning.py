@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 import pytest
-from cdc_events import COLUMNS, changelog, decode
+from cdc_events import COLUMNS, changelog, decode, spark_schema
 from confluent_kafka import Consumer, TopicPartition
 from golden_cases import TESTDATA
 from kafka_fixture import KafkaCluster, unique_topic
@@ -37,7 +37,7 @@ def in_partitions(spark: SparkSession, parts: list[list[Change]], ddl: str = SCH
     rdd = spark.sparkContext.parallelize(range(len(parts)), len(parts)).flatMap(
         lambda i: rows[bounds[i] : bounds[i + 1]]
     )
-    df = spark.createDataFrame(rdd, ddl)
+    df = spark.createDataFrame(rdd, spark_schema(ddl))
     assert df.rdd.glom().map(len).collect() == sizes
     return df
 
@@ -171,7 +171,7 @@ def test_order_for_sink_makes_any_partitioning_write_one_event_per_update_in_ord
         for part, seqs in zip(parts, sequence, strict=True)
         for c, s in zip(part, seqs, strict=True)
     ]
-    scattered = spark.createDataFrame(rows, f"{SCHEMA_DDL}, seq BIGINT NOT NULL").repartition(4)
+    scattered = spark.createDataFrame(rows, spark_schema(f"{SCHEMA_DDL}, seq BIGINT NOT NULL")).repartition(4)
     text = failure_of(lambda: write(scattered.drop("seq"), bootstrap, unique_topic("unordered")))
     assert "SinkOrderError" in text, "the scattered input is refused as is"
 

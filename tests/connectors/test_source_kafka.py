@@ -240,3 +240,16 @@ def test_batch_start_after_end_is_an_error_not_an_empty_read(
     )
     with pytest.raises(Exception, match="starting offset 3 is after the ending offset 1"):
         reader.load().collect()
+
+
+def test_a_batch_read_of_an_empty_topic_is_empty(spark: SparkSession, kafka_cluster: KafkaCluster) -> None:
+    topic = unique_topic("empty")
+    kafka_cluster.create_topic(topic, 2)
+    df = (
+        spark.read.format("cdc-debezium")
+        .option("kafka.bootstrap.servers", kafka_cluster.bootstrap_servers)
+        .option("subscribe", topic)
+        .option("columns", PRODUCTS)
+        .load()
+    )
+    assert df.collect() == []

@@ -487,3 +487,28 @@ def test_a_late_change_in_the_batch_gives_no_value_to_an_unavailable_column(tmp_
 
     assert rows(tmp_path / "table") == [{"id": 1, "name": "c", "body": "v3"}]
     assert applied.late == 1
+
+
+RESENT: dict[str, Callable[[], list[list[dict[str, Any]]]]] = {
+    "the whole key change again": lambda: [moved(1, 2, 5)],
+    "only its create": lambda: [[moved(1, 2, 5)[1]]],
+    "only its delete": lambda: [[moved(1, 2, 5)[0]]],
+    "create first": lambda: [list(reversed(moved(1, 2, 5)))],
+    "with the next key change": lambda: [[*moved(1, 2, 5), *moved(2, 3, 8)]],
+}
+
+
+@pytest.mark.parametrize("resent", RESENT)
+def test_a_key_change_sent_again_after_the_key_moved_on_changes_nothing(tmp_path: Path, resent: str) -> None:
+    """Debezium re-sends from its last flushed offset after a Connect worker restart: 1 -> 2 arrives
+    again (new batch ids) after 2 -> 3 landed; 3 keeps 1's body and no key comes back."""
+    first = [
+        [change("+I", id=1, name="a", body="toast", seq=1)],
+        moved(1, 2, 5),
+        moved(2, 3, 8),
+    ]
+    results = run_batches(tmp_path, "sequence_by", first + RESENT[resent]())
+
+    assert rows(tmp_path / "table") == [{"id": 3, "name": "a", "body": "toast"}]
+    assert open_slots(tmp_path) == []
+    assert sum(r.unavailable_unfilled for r in results) == 0

@@ -1,5 +1,9 @@
 """Exactly once through crashes: an ingestion killed with SIGKILL mid-stream, restarted from its checkpoint.
 
+Run with each apply back end: delta-rs (the default) and Spark with Delta Lake's jars (``--backend
+spark``: each micro-batch costs Spark jobs, so its history is smaller: 30k changes over 3k keys in ~15
+micro-batches).
+
 A seeded history of 100k Debezium changes over 10k keys (bench/cdc_history.py) is ingested into Delta
 by ``python -m cdcflow ingest`` in a session of its own (Python driver, JVM, Python workers), in ~30
 micro-batches. Its process group is killed three times, each once the table moved past the previous
@@ -25,6 +29,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from backends import BACKENDS, delta_jars, delta_reader_rows
 from deltalake import DeltaTable
 from ingest_process import start_ingest, table_version, tail, wait_for, wait_session_gone
 
@@ -33,9 +38,11 @@ from cdcflow.connectors.lakehouse.delta_sink import STATE_DIR
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-CHANGES, KEYS, BATCHES, KILLS = 100_000, 10_000, 30, 3
+KILLS = 3
+SIZES = {"delta-rs": (100_000, 10_000, 30), "spark": (30_000, 3_000, 15)}
+"""changes, keys, micro-batches per back end"""
 SEED = int(os.environ.get("CDCFLOW_CRASH_SEED", "20240605"))
-RUN_TIMEOUT = 150.0
+RUN_TIMEOUT = {"delta-rs": 150.0, "spark": 300.0}
 
 
 def _bench_module(name: str) -> ModuleType:
@@ -59,19 +66,23 @@ class Kill:
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_sigkilled_ingestion_restarts_from_its_checkpoint_exactly_once(
-    spark: SparkSession, tmp_path: Path
+    spark: SparkSession, tmp_path: Path, backend: str
 ) -> None:
+    changes, keys, batches = SIZES[backend]
     source = tmp_path / "history.jsonl"
-    stats = history.write_history(source, CHANGES, KEYS, seed=SEED)
+    stats = history.write_history(source, changes, keys, seed=SEED)
     truth = history.fold(source)
-    assert stats.reinserts > 1000 and stats.deletes > 1000 and len(truth) == stats.live
+    assert stats.reinserts > changes // 100 and stats.deletes > changes // 100 and len(truth) == stats.live
     target, checkpoint = tmp_path / "items", tmp_path / "checkpoint"
     args = [
         *("--format", "debezium-json", "--path", str(source), "--schema", history.COLUMNS, "--key", "id"),
         *("--target", str(target), "--checkpoint", str(checkpoint), "--trigger", "available-now"),
-        *("--option", f"maxBytesPerTrigger={stats.bytes // BATCHES}"),
+        *("--option", f"maxBytesPerTrigger={stats.bytes // batches}"),
+        *(("--backend", "spark", "--delta-jars", delta_jars()) if backend == "spark" else ()),
     ]
+    timeout = RUN_TIMEOUT[backend]
 
     rng = random.Random(SEED)  # noqa: S311 - kill timings, not secrets
     kills = [Kill(rng.uniform(0.0, 0.02) if i == 1 else rng.uniform(0.1, 1.5)) for i in range(KILLS)]
@@ -79,7 +90,7 @@ def test_sigkilled_ingestion_restarts_from_its_checkpoint_exactly_once(
     for run, kill in enumerate(kills):
         job = start_ingest(args, tmp_path / f"run{run}.log")
         # Progress past the last kill first, then a delay: kills land at varied points of a batch.
-        wait_for(job, RUN_TIMEOUT, target, seen + rng.randint(1, 4))
+        wait_for(job, timeout, target, seen + rng.randint(1, 4))
         time.sleep(kill.delay)
         assert job.poll() is None, f"run {run} finished before its kill: {tail(tmp_path / f'run{run}.log')}"
         os.killpg(job.pid, signal.SIGKILL)
@@ -89,7 +100,7 @@ def test_sigkilled_ingestion_restarts_from_its_checkpoint_exactly_once(
         kill.landed = _where(target, checkpoint)
 
     job = start_ingest(args, tmp_path / "final.log")
-    wait_for(job, RUN_TIMEOUT)
+    wait_for(job, timeout)
     assert job.returncode == 0, f"the restarted job failed: {tail(tmp_path / 'final.log')}"
     report = "; ".join(f"kill {i + 1} after {k.delay:.3f}s: {k.landed}" for i, k in enumerate(kills))
     print(f"seed {SEED}: {report}; last run: {tail(tmp_path / 'final.log', 1)}")
@@ -101,6 +112,8 @@ def test_sigkilled_ingestion_restarts_from_its_checkpoint_exactly_once(
     assert {row["id"]: row for row in rows} == truth
     via_spark = spark.read.parquet(*table.file_uris()).collect()
     assert sorted((r.asDict() for r in via_spark), key=lambda r: r["id"]) == [truth[k] for k in sorted(truth)]
+    via_delta = delta_reader_rows(spark, str(target))
+    assert sorted(via_delta, key=lambda r: r["id"]) == [truth[k] for k in sorted(truth)]
 
     applied = _batches_with_rows(checkpoint, source)
     for log in (target, checkpoint / STATE_DIR):

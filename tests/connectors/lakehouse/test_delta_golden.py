@@ -16,6 +16,7 @@ from itertools import combinations
 from pathlib import Path
 
 import pytest
+from backends import BACKENDS, delta_reader_rows, table_backend
 from delta_fold import (
     Line,
     batches,
@@ -32,6 +33,7 @@ from test_read_recorded import CASES, expected, reader
 
 from cdcflow.connectors.lakehouse.apply import ApplyOptions, DeltaChangeApplier, Materialize
 from cdcflow.connectors.lakehouse.ingest import IngestConfig, ingest
+from cdcflow.connectors.lakehouse.table_io import TableBackend
 from cdcflow.connectors.replay import read_messages
 from cdcflow.formats import render_change, resolve_format
 
@@ -115,7 +117,14 @@ def _params() -> list[object]:
 
 
 def apply_in_batches(
-    spark: SparkSession, case: GoldenCase, key: tuple[str, ...], target: Path, tmp_path: Path, *, force: bool
+    spark: SparkSession,
+    case: GoldenCase,
+    key: tuple[str, ...],
+    target: Path,
+    tmp_path: Path,
+    *,
+    force: bool,
+    backend: TableBackend,
 ) -> int:
     """Read the case with Spark (one batch read) and apply it in 3 batches; returns the batches applied."""
     changelog = reader(spark, case, tmp_path / "dead").load(str(TESTDATA / case.input)).toArrow()
@@ -124,7 +133,11 @@ def apply_in_batches(
     )
     assert options.materializes is force
     applier = DeltaChangeApplier(
-        str(target), options, app_id="golden", state_path=str(tmp_path / "state") if force else None
+        str(target),
+        options,
+        app_id="golden",
+        state_path=str(tmp_path / "state") if force else None,
+        backend=backend,
     )
     parts = batches(changelog, 3)
     for batch_id, part in enumerate(parts, start=7):
@@ -153,9 +166,10 @@ def test_no_key_cases_have_no_key_at_all() -> None:
                 assert keyed_problem(expected_lines(case, key)) is not None, (case.case_id, key)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("case", _params())
 def test_delta_table_is_the_fold_of_the_expected_changelog(
-    spark: SparkSession, case: GoldenCase, tmp_path: Path
+    spark: SparkSession, case: GoldenCase, tmp_path: Path, backend: str
 ) -> None:
     key = primary_key(case)
     lines = expected_lines(case, key)
@@ -163,16 +177,20 @@ def test_delta_table_is_the_fold_of_the_expected_changelog(
     want = fold(lines)
     target = tmp_path / "table"
 
-    applied = apply_in_batches(spark, case, key, target, tmp_path, force=False)
+    tables = table_backend(backend, spark)
+
+    applied = apply_in_batches(spark, case, key, target, tmp_path, force=False, backend=tables)
 
     assert applied >= 2 or len(lines) < 3, "a changelog of 3+ changes is applied in 2+ batches"
     assert rendered_rows(deltalake_rows(str(target)), case.schema) == want
     assert rendered_rows(spark_rows(spark, str(target)), case.schema) == want
+    assert rendered_rows(delta_reader_rows(spark, str(target)), case.schema) == want
 
     if case.case_id in FORCE_MATERIALIZE:
         forced = tmp_path / "forced"
-        apply_in_batches(spark, case, key, forced, tmp_path / "force", force=True)
+        apply_in_batches(spark, case, key, forced, tmp_path / "force", force=True, backend=tables)
         assert rendered_rows(deltalake_rows(str(forced)), case.schema) == want
+        assert rendered_rows(delta_reader_rows(spark, str(forced)), case.schema) == want
 
 
 def test_the_materialized_cases_are_applied_cases() -> None:
@@ -186,11 +204,12 @@ def test_the_materialized_cases_are_applied_cases() -> None:
 DUMP = str(resources.files("cdcflow.examples").joinpath("postgres-debezium.dump.jsonl"))
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(
     ("max_bytes", "batches_at_least"), [(None, 1), ("100000", 3)], ids=["one batch", "several batches"]
 )
 def test_ingest_of_the_postgres_recording_leaves_the_fold_of_its_changelog(
-    spark: SparkSession, tmp_path: Path, max_bytes: str | None, batches_at_least: int
+    spark: SparkSession, tmp_path: Path, max_bytes: str | None, batches_at_least: int, backend: str
 ) -> None:
     # No golden file here: the expected changelog is the pure-Python decoder's (the format layer,
     # tested on its own in tests/formats), computed without Spark or the sink.
@@ -210,6 +229,7 @@ def test_ingest_of_the_postgres_recording_leaves_the_fold_of_its_changelog(
         checkpoint=str(tmp_path / "checkpoint"),
         path=DUMP,
         options={"schema-include": "true", **({"maxBytesPerTrigger": max_bytes} if max_bytes else {})},
+        backend=backend,  # type: ignore[arg-type]
     )
     assert config.resolved_sequence() == "source_sequence"
     summary = ingest(config, spark=spark, out=io.StringIO())
@@ -219,3 +239,4 @@ def test_ingest_of_the_postgres_recording_leaves_the_fold_of_its_changelog(
     assert summary.progress.late == 0
     assert rendered_rows(deltalake_rows(target), schema) == want
     assert rendered_rows(spark_rows(spark, target), schema) == want
+    assert rendered_rows(delta_reader_rows(spark, target), schema) == want

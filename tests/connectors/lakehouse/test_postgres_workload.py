@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from backends import BACKENDS, delta_jars, delta_reader_rows
 from deltalake import DeltaTable
 from ingest_process import start_ingest, table_version, tail, wait_for, wait_session_gone
 from pyspark.sql.streaming.listener import (
@@ -119,11 +120,17 @@ def postgres_rows(expected: dict[str, Any], table: str) -> dict[int, dict[str, A
     return rows
 
 
-def delta_rows(target: Path) -> dict[int, dict[str, Any]]:
-    arrow = DeltaTable(str(target)).to_pyarrow_table()
-    assert set(arrow.column_names) == set(PG_TYPES), f"the table's columns: {arrow.column_names}"
+def delta_rows(target: Path, spark: SparkSession | None = None) -> dict[int, dict[str, Any]]:
+    """The table's rows as ``deltalake`` reads them, or given ``spark``, as ``spark.read.format("delta")``."""
+    if spark is None:
+        arrow = DeltaTable(str(target)).to_pyarrow_table()
+        assert set(arrow.column_names) == set(PG_TYPES), f"the table's columns: {arrow.column_names}"
+        read = arrow.to_pylist()
+    else:
+        read = delta_reader_rows(spark, str(target))
+        assert read and set(read[0]) == set(PG_TYPES), f"the table's columns: {read and list(read[0])}"
     rows: dict[int, dict[str, Any]] = {}
-    for row in arrow.to_pylist():
+    for row in read:
         assert row["id"] not in rows, f"id {row['id']} is in the table twice"
         seen_at = row["seen_at"]
         if isinstance(seen_at, datetime) and seen_at.tzinfo is not None:
@@ -302,9 +309,10 @@ class RunIds(StreamingQueryListener):
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("table", TABLES)
 def test_recorded_workload_lands_as_postgres_has_it(
-    spark: SparkSession, tmp_path: Path, expected: dict[str, Any], table: str
+    spark: SparkSession, tmp_path: Path, expected: dict[str, Any], table: str, backend: str
 ) -> None:
     dump = _unpack(table, tmp_path)
     options = _options(table, dump)
@@ -321,6 +329,7 @@ def test_recorded_workload_lands_as_postgres_has_it(
                 checkpoint=str(checkpoint),
                 path=str(dump),
                 options=options,
+                backend=backend,  # type: ignore[arg-type]
             ),
             spark=spark,
             on_batch=applied.append,
@@ -345,11 +354,14 @@ def test_recorded_workload_lands_as_postgres_has_it(
     want, got = postgres_rows(expected, table), delta_rows(target)
     problems = differences(table, want, got)
     assert not problems, f"{problems} (ingest: {summary})"
+    problems = differences(table, want, delta_rows(target, spark))
+    assert not problems, f"read by spark.read.format('delta'): {problems}"
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_recorded_workload_restarted_after_sigkill_lands_as_postgres_has_it(
-    tmp_path: Path, expected: dict[str, Any]
+    spark: SparkSession, tmp_path: Path, expected: dict[str, Any], backend: str
 ) -> None:
     """``python -m cdcflow ingest`` of the DEFAULT table (the one whose rows depend on earlier
     batches: TOAST placeholders, primary-key changes), SIGKILLed once its third micro-batch is in the
@@ -362,6 +374,7 @@ def test_recorded_workload_restarted_after_sigkill_lands_as_postgres_has_it(
         *("--format", "debezium-json", "--path", str(dump), "--key", "id"),
         *("--target", str(target), "--checkpoint", str(checkpoint), "--trigger", "available-now"),
         *(arg for key, value in options.items() for arg in ("--option", f"{key}={value}")),
+        *(("--backend", "spark", "--delta-jars", delta_jars()) if backend == "spark" else ()),
     ]
     job = start_ingest(args, tmp_path / "run0.log")
     wait_for(job, RUN_TIMEOUT, target, version=2)
@@ -381,3 +394,7 @@ def test_recorded_workload_restarted_after_sigkill_lands_as_postgres_has_it(
     want, got = postgres_rows(expected, table), delta_rows(target)
     problems = differences(table, want, got)
     assert not problems, f"killed at table version {killed_at}: {problems}"
+    problems = differences(table, want, delta_rows(target, spark))
+    assert not problems, (
+        f"killed at table version {killed_at}, read by spark.read.format('delta'): {problems}"
+    )

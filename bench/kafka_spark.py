@@ -1,0 +1,252 @@
+"""One real-Kafka topic of Debezium envelopes read three ways on Spark, in turns, in one session:
+
+- ``cdc``: ``spark.read.format("cdc-debezium")`` (cdcflow's source, confluent-kafka on the executors);
+- ``decode``: ``spark.read.format("kafka")`` (Spark's own source, spark-sql-kafka jars) +
+  ``cdcflow.spark.decode_kafka`` (the same executor-side decoder, in a ``mapInArrow``);
+- ``from_json``: ``spark.read.format("kafka")`` + ``from_json`` with a lean schema (``op`` and the four
+  columns of ``before``/``after``, nothing else) + the changelog expansion a Spark user writes
+  (``c``/``r`` → +I, ``u`` → -U then +U, ``d`` → -D, with ``when`` / ``array`` / ``explode``).
+
+Every path writes ``id, name, description, weight, _row_kind`` (2 rows per update envelope) into a
+``noop`` sink, which materializes every output column, so Spark cannot prune the parse. For
+reference, ``kafka`` times Spark's source alone (its raw columns into ``noop``, nothing decoded): the
+cost the last two paths share. Runs are
+interleaved (cdc, decode, from_json, kafka, cdc, ...) after one untimed warm-up of each; the best of
+``--rounds`` is reported as changelog rows/s with the ratios against ``from_json``. Row counts of the
+three paths are checked equal (untimed).
+
+The topic (``--records`` update envelopes of bench/products_events.py, ~420 bytes, keyed by id,
+lz4, over ``--partitions`` partitions) is created and filled by the bench on ``KAFKA_BOOTSTRAP`` if
+set, else on a real single-node KRaft broker it starts on 127.0.0.1 (tests/connectors/kafka_broker.py,
+jars from the Java cache; scripts/java_deps.sh kafka spark-kafka fetches them). Both Spark's source and
+cdcflow's read committed records (``kafka.isolation.level=read_committed`` on Spark's).
+``--unavailable-values report`` lets keyed records take the columnar path (the default ``fill`` keeps
+each key's last image, which needs the per-record decoder); ``--metadata topic,partition,offset``
+adds those columns to all three paths.
+
+    .venv/bin/python bench/kafka_spark.py [--records 500000] [--partitions 4] [--rounds 2]
+        [--unavailable-values fill|report] [--metadata topic,partition,offset]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import random
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from products_events import COLUMNS, envelope
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "connectors"))
+IMAGE = "id INT, name STRING, description STRING, weight DOUBLE"
+
+
+@contextlib.contextmanager
+def kafka_cluster() -> Iterator[str]:
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
+    if bootstrap:
+        yield bootstrap
+        return
+    from kafka_broker import KafkaBroker
+
+    with tempfile.TemporaryDirectory(prefix="cdcflow-bench-kafka-") as workdir:
+        broker = KafkaBroker(Path(workdir)).start()
+        try:
+            yield broker.bootstrap_servers
+        finally:
+            broker.stop()
+
+
+def fill_topic(bootstrap: str, topic: str, records: int, partitions: int) -> int:
+    """Creates ``topic`` and writes the envelopes round-robin, keyed by id; returns the values' bytes."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.cimpl import NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout=60)
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "compression.type": "lz4",
+            "linger.ms": 20,
+            "batch.num.messages": 10_000,
+            "queue.buffering.max.messages": 200_000,
+        }
+    )
+    rng, size = random.Random(7), 0
+    for index in range(records):
+        value = envelope(index, rng)
+        size += len(value)
+        while True:
+            try:
+                producer.produce(topic, value, b'{"id":%d}' % index, partition=index % partitions)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    if producer.flush(300):
+        sys.exit("not every record was delivered to Kafka within 300 s")
+    return size
+
+
+def session() -> Any:
+    import java_cache
+
+    from cdcflow.connectors.job import local_session
+
+    jars = java_cache.jars("spark-kafka")
+    if not jars:
+        sys.exit("Spark's Kafka source jars are missing: run scripts/java_deps.sh spark-kafka")
+    config = {
+        "spark.jars": ",".join(jars),
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.ui.enabled": "false",
+    }
+    spark = local_session("cdcflow-bench-kafka-spark", config)
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+class Paths:
+    def __init__(
+        self, spark: Any, bootstrap: str, topic: str, options: dict[str, str], metadata: str
+    ) -> None:
+        self.spark, self.bootstrap, self.topic = spark, bootstrap, topic
+        self.options = options
+        self.metadata = [m for m in metadata.split(",") if m]
+
+    def kafka(self) -> Any:
+        return (
+            self.spark.read.format("kafka")
+            .option("kafka.bootstrap.servers", self.bootstrap)
+            .option("subscribe", self.topic)
+            .option("kafka.isolation.level", "read_committed")
+            .load()
+        )
+
+    def raw(self) -> Any:
+        """Spark's source alone, no parse: the floor every path that reads with it stands on."""
+        return self.kafka().select("key", "value", "topic", "partition", "offset", "timestamp")
+
+    def cdc(self) -> Any:
+        options = {**self.options, **({"metadata": ",".join(self.metadata)} if self.metadata else {})}
+        return (
+            self.spark.read.format("cdc-debezium")
+            .option("kafka.bootstrap.servers", self.bootstrap)
+            .option("subscribe", self.topic)
+            .option("columns", COLUMNS)
+            .options(**options)
+            .load()
+        )
+
+    def decode(self) -> Any:
+        from cdcflow.spark import decode_kafka
+
+        options = {**self.options, **({"metadata": ",".join(self.metadata)} if self.metadata else {})}
+        return decode_kafka(self.kafka(), "debezium-json", columns=COLUMNS, options=options)
+
+    def from_json(self) -> Any:
+        from pyspark.sql import functions as F  # noqa: N812 - Spark's convention
+
+        schema = f"op STRING, before STRUCT<{_colon(IMAGE)}>, after STRUCT<{_colon(IMAGE)}>"
+
+        def change(kind: str, image: str) -> Any:
+            return F.struct(F.lit(kind).alias("kind"), F.col(f"e.{image}").alias("image"))
+
+        changes = (
+            F.when(F.col("e.op").isin("c", "r"), F.array(change("+I", "after")))
+            .when(F.col("e.op") == "u", F.array(change("-U", "before"), change("+U", "after")))
+            .when(F.col("e.op") == "d", F.array(change("-D", "before")))
+        )
+        kept = [F.col(m) for m in self.metadata]
+        return (
+            self.kafka()
+            .select(F.from_json(F.col("value").cast("string"), schema).alias("e"), *kept)
+            .select(F.explode(changes).alias("c"), *kept)
+            .select(
+                *(F.col(f"c.image.{name}").alias(name) for name in ("id", "name", "description", "weight")),
+                *kept,
+                F.col("c.kind").alias("_row_kind"),
+            )
+        )
+
+
+def _colon(ddl: str) -> str:
+    return ", ".join(": ".join(part.strip().split(" ", 1)) for part in ddl.split(","))
+
+
+def timed(run: Callable[[], Any]) -> float:
+    started = time.perf_counter()
+    run()
+    return time.perf_counter() - started
+
+
+def noop(frame: Callable[[], Any]) -> Callable[[], None]:
+    def run() -> None:
+        frame().write.format("noop").mode("overwrite").save()
+
+    return run
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--records", type=int, default=500_000)
+    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved timed rounds; the best is kept")
+    parser.add_argument("--unavailable-values", default="fill", choices=("fill", "report"))
+    parser.add_argument("--metadata", default="", help="e.g. topic,partition,offset (all three paths)")
+    args = parser.parse_args(argv)
+    topic = f"bench-kafka-spark-{uuid.uuid4().hex[:8]}"
+    options = {} if args.unavailable_values == "fill" else {"debezium-json.unavailable-values": "report"}
+    rows = 2 * args.records
+    with kafka_cluster() as bootstrap:
+        started = time.perf_counter()
+        size = fill_topic(bootstrap, topic, args.records, args.partitions)
+        print(
+            f"{args.records} Debezium update envelopes ({size / args.records:.0f} B avg, keyed, lz4) over "
+            f"{args.partitions} partitions, produced in {time.perf_counter() - started:.1f} s; "
+            f"{rows} changelog rows; unavailable-values={args.unavailable_values}; "
+            f"metadata={args.metadata or 'none'}; Spark local[2]"
+        )
+        spark = session()
+        try:
+            paths = Paths(spark, bootstrap, topic, options, args.metadata)
+            frames = {"cdc": paths.cdc, "decode": paths.decode, "from_json": paths.from_json}
+            counts = {label: frame().count() for label, frame in frames.items()}
+            frames["kafka"] = paths.raw
+            if set(counts.values()) != {rows}:
+                sys.exit(f"the paths disagree on the row count (want {rows}): {counts}")
+            for frame in frames.values():
+                noop(frame)()  # warm-up: Python workers, JIT, page cache
+            seconds: dict[str, list[float]] = {label: [] for label in frames}
+            for _ in range(args.rounds):
+                for label, frame in frames.items():
+                    seconds[label].append(timed(noop(frame)))
+        finally:
+            spark.stop()
+    rates = {label: rows / min(runs) for label, runs in seconds.items()}
+    print(f"{'path':<10} {'runs (s)':<24} {'rows/s':>10} {'vs from_json':>13}")
+    for label, runs in seconds.items():
+        if label == "kafka":
+            shown = ", ".join(f"{s:.2f}" for s in runs)
+            print(f"{label:<10} {shown:<24} {args.records / min(runs) / 1e3:>9.0f}k records/s, not decoded")
+            continue
+        shown = ", ".join(f"{s:.2f}" for s in runs)
+        print(
+            f"{label:<10} {shown:<24} {rates[label] / 1e3:>9.0f}k {rates[label] / rates['from_json']:>12.2f}x"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

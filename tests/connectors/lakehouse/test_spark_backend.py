@@ -1,0 +1,251 @@
+"""The Spark back end (Delta Lake's jars): exactly once by Delta's own transaction ids, the same tables
+as delta-rs (either back end continues the other's), and a clear error when Delta is missing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from backends import delta_reader_rows
+from deltalake import DeltaTable
+from pyspark.sql import SparkSession
+
+from cdcflow.connectors.errors import ConnectorOptionError, SparkSetupError
+from cdcflow.connectors.lakehouse import key_state
+from cdcflow.connectors.lakehouse.apply import ApplyOptions, DeltaChangeApplier
+from cdcflow.connectors.lakehouse.ingest import IngestConfig
+from cdcflow.connectors.lakehouse.spark_delta import SparkDeltaBackend, delta_jars
+from cdcflow.connectors.lakehouse.table_io import DELTA_RS, TableBackend
+
+pytestmark = pytest.mark.integration
+
+SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.int32(), nullable=False),
+        ("name", pa.string()),
+        ("body", pa.string()),
+        ("seq", pa.int64()),
+        ("unavailable", pa.list_(pa.string())),
+        pa.field("_row_kind", pa.string(), nullable=False),
+    ]
+)
+
+
+def change(
+    kind: str, id: int, seq: int, name: str | None = None, body: str | None = None, **more: Any
+) -> dict[str, Any]:  # noqa: A002, E501
+    return {"_row_kind": kind, "id": id, "name": name, "body": body, "seq": seq, "unavailable": None, **more}
+
+
+def batch(*rows: dict[str, Any]) -> pa.Table:
+    return pa.Table.from_pylist(list(rows), schema=SCHEMA)
+
+
+def applier(tmp_path: Path, backend: TableBackend) -> DeltaChangeApplier:
+    options = ApplyOptions(
+        key=("id",), sequence_by="seq", upsert_key=("id",), unavailable_column="unavailable"
+    )
+    return DeltaChangeApplier(
+        str(tmp_path / "table"), options, app_id="app", state_path=str(tmp_path / "state"), backend=backend
+    )
+
+
+def rows_by_deltalake(path: Path) -> dict[int, tuple[Any, ...]]:
+    return {r["id"]: (r["name"], r["body"]) for r in DeltaTable(str(path)).to_pyarrow_table().to_pylist()}
+
+
+def rows_by_spark(spark: SparkSession, path: Path) -> dict[int, tuple[Any, ...]]:
+    return {r["id"]: (r["name"], r["body"]) for r in delta_reader_rows(spark, str(path))}
+
+
+def transactions(table: Path) -> list[tuple[str, int]]:
+    """The ``txn`` actions of the table's JSON commits, in commit order (written by either back end)."""
+    found = []
+    for commit in sorted((table / "_delta_log").glob("*.json"), key=lambda p: int(p.stem)):
+        for line in commit.read_text().splitlines():
+            action = json.loads(line) if line.strip() else {}
+            if "txn" in action:
+                found.append((action["txn"]["appId"], int(action["txn"]["version"])))
+    return found
+
+
+BATCH_0 = batch(
+    change("+I", 1, 1, "a", "long text"), change("+I", 2, 2, "b", "two"), change("+I", 3, 3, "c", "three")
+)
+BATCH_1 = batch(
+    change("-U", 1, 4, "a", None, unavailable=["body"]),
+    change("+U", 1, 4, "a2", None, unavailable=["body"]),
+    change("-D", 2, 5, "b", "two"),
+    change("+I", 2, 1, "late", "late"),  # older than the key's sequence: ignored
+    change("+I", 4, 6, "d", None, unavailable=["body"]),  # nothing earlier to keep: lands NULL
+)
+AFTER_1 = {1: ("a2", "long text"), 3: ("c", "three"), 4: ("d", None)}
+
+
+def test_spark_back_end_applies_each_batch_once_and_skips_a_replay(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    backend = SparkDeltaBackend(spark)
+    sink = applier(tmp_path, backend)
+    sink.apply(BATCH_0, 0)
+    first = sink.apply(BATCH_1, 1)
+    assert (first.upserts, first.deletes, first.late, first.unavailable_unfilled) == (2, 1, 1, 1)
+    version = DeltaTable(str(tmp_path / "table")).version()
+
+    replay = sink.apply(BATCH_1, 1)
+
+    assert replay.skipped
+    assert DeltaTable(str(tmp_path / "table")).version() == version
+    assert rows_by_deltalake(tmp_path / "table") == AFTER_1 == rows_by_spark(spark, tmp_path / "table")
+    for table in (tmp_path / "table", tmp_path / "state"):
+        assert transactions(table) == [("app", 0), ("app", 1)]
+        opened = backend.open(str(table))
+        assert opened is not None
+        # Delta's Spark snapshot and deltalake read the same application transaction.
+        assert opened.applied_version("app") == DeltaTable(str(table)).transaction_version("app") == 1
+
+
+def test_delta_itself_skips_a_merge_whose_batch_the_table_has(spark: SparkSession, tmp_path: Path) -> None:
+    """The merge of a batch id the table already recorded commits nothing: Delta's txnAppId/txnVersion
+    check, not the applier's, so a driver that re-runs a merge it lost track of cannot apply it twice."""
+    backend = SparkDeltaBackend(spark)
+    applier(tmp_path, backend).apply(BATCH_0, 0)
+    table = backend.open(str(tmp_path / "table"))
+    assert table is not None
+    version = table.version()
+    source = pa.table({"id": pa.array([9], pa.int32()), "name": ["x"], "_cdcflow_op": ["U"]})
+
+    assert table.merge(source, ["id"], "app", 0) == version
+    assert 9 not in rows_by_spark(spark, tmp_path / "table")
+    assert table.merge(source, ["id"], "app", 1) == version + 1
+    assert rows_by_deltalake(tmp_path / "table")[9] == ("x", None)
+    for session in (spark, backend.spark):
+        assert session.conf.get("spark.databricks.delta.write.txnAppId", None) is None, "the setting leaked"
+
+
+def test_spark_back_end_catches_up_a_crash_between_the_table_and_the_key_state_commits(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sink = applier(tmp_path, SparkDeltaBackend(spark))
+    sink.apply(BATCH_0, 0)
+    save = key_state.save
+    crashes: list[bool] = []
+
+    def crash_once(*args: Any, **kwargs: Any) -> None:
+        if not crashes:
+            crashes.append(True)
+            raise RuntimeError("the driver died before the state commit")
+        save(*args, **kwargs)
+
+    monkeypatch.setattr(key_state, "save", crash_once)
+    with pytest.raises(RuntimeError, match="state commit"):
+        sink.apply(BATCH_1, 1)
+    version = DeltaTable(str(tmp_path / "table")).version()
+    assert not sink.done(1)
+
+    replay = sink.apply(BATCH_1, 1)
+
+    assert not replay.skipped and replay.table_version is None
+    assert DeltaTable(str(tmp_path / "table")).version() == version, "the table is not merged twice"
+    assert transactions(tmp_path / "state") == [("app", 0), ("app", 1)]
+    assert rows_by_spark(spark, tmp_path / "table") == AFTER_1
+
+
+@pytest.mark.parametrize(("first", "second"), [("delta-rs", "spark"), ("spark", "delta-rs")])
+def test_one_back_end_continues_the_tables_of_the_other(
+    spark: SparkSession, tmp_path: Path, first: str, second: str
+) -> None:
+    """Same table, same key state, same application id: batch 1 (which needs batch 0's row for an
+    unavailable value and its sequence for a late change) by the other back end, and its replay
+    skipped by the first."""
+    backends: dict[str, TableBackend] = {"delta-rs": DELTA_RS, "spark": SparkDeltaBackend(spark)}
+    applier(tmp_path, backends[first]).apply(BATCH_0, 0)
+
+    applied = applier(tmp_path, backends[second]).apply(BATCH_1, 1)
+
+    assert (applied.late, applied.unavailable_unfilled) == (1, 1)
+    assert applier(tmp_path, backends[first]).apply(BATCH_1, 1).skipped
+    assert rows_by_deltalake(tmp_path / "table") == AFTER_1 == rows_by_spark(spark, tmp_path / "table")
+    assert transactions(tmp_path / "table") == [("app", 0), ("app", 1)]
+
+
+def test_spark_back_end_adds_a_new_column(spark: SparkSession, tmp_path: Path) -> None:
+    sink = applier(tmp_path, SparkDeltaBackend(spark))
+    sink.apply(BATCH_0, 0)
+    wider = SCHEMA.insert(3, pa.field("color", pa.string()))
+    rows = [change("+U", 3, 7, "c", "three", color="red"), change("+I", 5, 8, "e", "five", color="blue")]
+
+    sink.apply(pa.Table.from_pylist(rows, schema=wider), 1)
+
+    got = {r["id"]: r["color"] for r in delta_reader_rows(spark, str(tmp_path / "table"))}
+    assert got == {1: None, 2: None, 3: "red", 5: "blue"}
+    assert {
+        r["id"]: r["color"] for r in DeltaTable(str(tmp_path / "table")).to_pyarrow_table().to_pylist()
+    } == got
+
+
+def test_delta_jars_must_name_delta_spark(tmp_path: Path) -> None:
+    with pytest.raises(SparkSetupError, match="neither a jar file nor a folder"):
+        delta_jars(str(tmp_path / "missing"))
+    with pytest.raises(SparkSetupError, match="no delta-spark jar"):
+        delta_jars(str(tmp_path))
+
+
+def test_ingest_with_the_spark_back_end_and_no_delta_jars_says_how_to_supply_them(tmp_path: Path) -> None:
+    environment = {
+        k: v for k, v in os.environ.items() if k not in ("CDCFLOW_DELTA_JARS", "PYSPARK_GATEWAY_PORT")
+    }
+    done = subprocess.run(  # noqa: S603 - our own command
+        [
+            sys.executable,
+            "-m",
+            "cdcflow",
+            "ingest",
+            "--backend",
+            "spark",
+            "--target",
+            str(tmp_path / "t"),
+            "--checkpoint",
+            str(tmp_path / "c"),
+        ],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "Delta Lake's classes are not in this Spark session" in done.stderr, done.stderr[-2000:]
+    assert "--delta-jars" in done.stderr and "--packages io.delta:delta-spark_2.13:4.4.0" in done.stderr
+    assert not (tmp_path / "t").exists()
+
+
+def test_the_back_end_is_chosen_by_flag_or_config_file_and_defaults_to_delta_rs(tmp_path: Path) -> None:
+    from cdcflow.cli import _parser
+    from cdcflow.ingest_cli import config_from, settings
+
+    def config(*argv: str) -> IngestConfig:
+        parsed = _parser().parse_args(
+            ["ingest", "--path", "x", "--key", "id", "--target", "t", "--checkpoint", "c", *argv]
+        )
+        return config_from(settings(parsed))[0]  # type: ignore[no-any-return]
+
+    assert config().backend == "delta-rs"
+    chosen = config("--backend", "spark", "--delta-jars", "/opt/delta")
+    assert (chosen.backend, chosen.delta_jars) == ("spark", "/opt/delta")
+    toml = tmp_path / "ingest.toml"
+    toml.write_text('backend = "spark"\ndelta-jars = "/opt/delta"\n')
+    from_file = config("--config", str(toml))
+    assert (from_file.backend, from_file.delta_jars) == ("spark", "/opt/delta")
+    with pytest.raises(SystemExit):
+        config("--backend", "duckdb")
+    with pytest.raises(ConnectorOptionError, match="--backend must be one of delta-rs, spark"):
+        IngestConfig(
+            format="debezium-json", key=("id",), target="t", checkpoint="c", path="x", backend="duckdb"
+        )  # type: ignore[arg-type]
