@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import random
 import sys
 import time
 import uuid
@@ -35,7 +34,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
-from products_events import COLUMNS, envelope
+from products_events import COLUMNS, produce
 
 from cdcflow.connectors.job import local_session
 
@@ -57,37 +56,6 @@ def kafka_cluster(partitions: int, topic: str) -> Iterator[str]:
     with MockKafkaCluster() as mock:
         mock.create_topic(topic, partitions)
         yield mock.bootstrap_servers
-
-
-def produce(bootstrap: str, topic: str, records: int, partitions: int, compression: str) -> int:
-    """Writes the envelopes round-robin over the partitions; returns the bytes of the values."""
-    from confluent_kafka import Producer
-
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "enable.idempotence": True,
-            "compression.type": compression,
-            "linger.ms": 20,
-            "batch.num.messages": 10_000,
-            "queue.buffering.max.messages": 200_000,
-        }
-    )
-    rng, size = random.Random(7), 0
-    for index in range(records):
-        value = envelope(index, rng)
-        size += len(value)
-        while True:
-            try:
-                producer.produce(topic, value, str(index).encode(), partition=index % partitions)
-                break
-            except BufferError:
-                producer.poll(0.1)
-        if index % 10_000 == 0:
-            producer.poll(0)
-    if producer.flush(120):
-        sys.exit("not every record was delivered to Kafka within 120 s")
-    return size
 
 
 def check_nothing_dropped(bootstrap: str, topic: str, partitions: int, records: int) -> None:
@@ -168,7 +136,7 @@ def main() -> None:
     topic = f"bench-debezium-{uuid.uuid4().hex[:8]}"
     with kafka_cluster(partitions, topic) as bootstrap:
         started = time.perf_counter()
-        size = produce(bootstrap, topic, records, partitions, args.compression)
+        size = produce(bootstrap, topic, records, partitions, compression=args.compression, flush_seconds=120)
         produced_s = time.perf_counter() - started
         check_nothing_dropped(bootstrap, topic, partitions, records)
         print(

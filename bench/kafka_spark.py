@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import random
 import sys
 import tempfile
 import time
@@ -42,7 +41,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from products_events import COLUMNS, envelope
+from products_events import COLUMNS, changelog_rows, produce
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "connectors"))
@@ -67,35 +66,12 @@ def kafka_cluster() -> Iterator[str]:
 
 def fill_topic(bootstrap: str, topic: str, records: int, partitions: int) -> int:
     """Creates ``topic`` and writes the envelopes round-robin, keyed by id; returns the values' bytes."""
-    from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient
     from confluent_kafka.cimpl import NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout=60)
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            "enable.idempotence": True,
-            "compression.type": "lz4",
-            "linger.ms": 20,
-            "batch.num.messages": 10_000,
-            "queue.buffering.max.messages": 200_000,
-        }
-    )
-    rng, size = random.Random(7), 0
-    for index in range(records):
-        value = envelope(index, rng)
-        size += len(value)
-        while True:
-            try:
-                producer.produce(topic, value, b'{"id":%d}' % index, partition=index % partitions)
-                break
-            except BufferError:
-                producer.poll(0.1)
-    if producer.flush(300):
-        sys.exit("not every record was delivered to Kafka within 300 s")
-    return size
+    return produce(bootstrap, topic, records, partitions, key=lambda index: b'{"id":%d}' % index)
 
 
 def session() -> Any:
@@ -160,25 +136,9 @@ class Paths:
 
         schema = f"op STRING, before STRUCT<{_colon(IMAGE)}>, after STRUCT<{_colon(IMAGE)}>"
 
-        def change(kind: str, image: str) -> Any:
-            return F.struct(F.lit(kind).alias("kind"), F.col(f"e.{image}").alias("image"))
-
-        changes = (
-            F.when(F.col("e.op").isin("c", "r"), F.array(change("+I", "after")))
-            .when(F.col("e.op") == "u", F.array(change("-U", "before"), change("+U", "after")))
-            .when(F.col("e.op") == "d", F.array(change("-D", "before")))
-        )
         kept = [F.col(m) for m in self.metadata]
-        return (
-            self.kafka()
-            .select(F.from_json(F.col("value").cast("string"), schema).alias("e"), *kept)
-            .select(F.explode(changes).alias("c"), *kept)
-            .select(
-                *(F.col(f"c.image.{name}").alias(name) for name in ("id", "name", "description", "weight")),
-                *kept,
-                F.col("c.kind").alias("_row_kind"),
-            )
-        )
+        parsed = self.kafka().select(F.from_json(F.col("value").cast("string"), schema).alias("e"), *kept)
+        return changelog_rows(parsed)
 
 
 def _colon(ddl: str) -> str:

@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-from products_events import COLUMNS, envelope
+from products_events import COLUMNS, changelog_rows, envelope
 
 SOURCE_FIELDS = {
     "version": "string",
@@ -184,23 +184,8 @@ def spark_own(spark: Any, path: Path) -> None:
     """``read.text`` + ``from_json`` + the changelog expansion, as a Spark user writes it."""
     from pyspark.sql import functions as F
 
-    image_columns = [
-        F.col(f"change.image.{name}").alias(name) for name in ("id", "name", "description", "weight")
-    ]
-
-    def change(kind: str, image: str) -> Any:
-        return F.struct(F.lit(kind).alias("kind"), F.col(f"e.{image}").alias("image"))
-
-    changes = (
-        F.when(F.col("e.op").isin("c", "r"), F.array(change("+I", "after")))
-        .when(F.col("e.op") == "u", F.array(change("-U", "before"), change("+U", "after")))
-        .when(F.col("e.op") == "d", F.array(change("-D", "before")))
-    )
     (
-        spark.read.text(str(path))
-        .select(F.from_json("value", envelope_schema()).alias("e"))
-        .select(F.explode(changes).alias("change"))
-        .select(*image_columns, F.col("change.kind").alias("_row_kind"))
+        changelog_rows(spark.read.text(str(path)).select(F.from_json("value", envelope_schema()).alias("e")))
         .write.format("noop")
         .mode("overwrite")
         .save()

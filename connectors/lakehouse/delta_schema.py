@@ -72,13 +72,19 @@ def table_schema(table: DeltaTable) -> pa.Schema:
 def create_table(path: str, schema: pa.Schema, key: Sequence[str]) -> DeltaTable:
     fields = [pa.field(f.name, f.type, f.nullable and f.name not in key) for f in schema]
     table = DeltaTable.create(path, schema=pa.schema(fields), mode="ignore")
-    protocol = table.protocol()
-    not_null = not all(f.nullable for f in fields)
-    if protocol.min_writer_version >= 7 and not_null and "invariants" not in (protocol.writer_features or []):
-        # delta-rs leaves NOT NULL's feature out of a table-features protocol (a TIMESTAMP_NTZ column
-        # makes one); Delta Lake on Spark then refuses the table (DELTA_FEATURES_PROTOCOL_METADATA_MISMATCH).
-        table.alter.add_feature(TableFeatures.Invariants, allow_protocol_versions_increase=True)
+    _list_not_null(table)
     return table
+
+
+def _list_not_null(table: DeltaTable) -> None:
+    """delta-rs leaves NOT NULL's feature out of a table-features protocol (a TIMESTAMP_NTZ column
+    makes one, at creation or when added), and Delta Lake on Spark then refuses the table
+    (DELTA_FEATURES_PROTOCOL_METADATA_MISMATCH): list it."""
+    protocol = table.protocol()
+    if protocol.min_writer_version < 7 or "invariants" in (protocol.writer_features or []):
+        return
+    if not all(f.nullable for f in table_schema(table)):
+        table.alter.add_feature(TableFeatures.Invariants, allow_protocol_versions_increase=True)
 
 
 def conform(table: DeltaTable, data: pa.Table, key: Sequence[str], path: str) -> pa.Table:
@@ -86,6 +92,7 @@ def conform(table: DeltaTable, data: pa.Table, key: Sequence[str], path: str) ->
 
     def add(fields: list[pa.Field]) -> pa.Schema:
         table.alter.add_columns(list[Field](DeltaSchema.from_arrow(pa.schema(fields)).fields))
+        _list_not_null(table)
         return table_schema(table)
 
     return conform_to(table_schema(table), add, data, key, path)

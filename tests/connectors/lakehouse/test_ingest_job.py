@@ -111,6 +111,27 @@ def test_config_errors_name_the_setting(tmp_path: Path) -> None:
         config_from(settings(parse(["--path", "x", "--target", "t", "--checkpoint", "c"])))
 
 
+def produce_events(bootstrap: str, topic: str, events: list[Any]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap})
+    for event in events:
+        producer.produce(topic, value=event.value, key=event.key)
+    assert producer.flush(30) == 0
+
+
+def products_from_kafka(tmp_path: Path, bootstrap: str, topic: str, **options: str) -> IngestConfig:
+    """The ingest of ``topic``'s Debezium products events into ``tmp_path/products``."""
+    return IngestConfig(
+        format="debezium-json",
+        key=("id",),
+        target=str(tmp_path / "products"),
+        checkpoint=str(tmp_path / "checkpoint"),
+        bootstrap_servers=bootstrap,
+        topics=(topic,),
+        schema=COLUMNS,
+        options=options,
+    )
+
+
 def test_kafka_topic_lands_in_delta_exactly_once_across_restarts(
     spark: SparkSession, kafka_cluster: Any, tmp_path: Path
 ) -> None:
@@ -121,21 +142,9 @@ def test_kafka_topic_lands_in_delta_exactly_once_across_restarts(
     half = len(events) // 2
 
     def produce(batch: list[Any]) -> None:
-        producer = Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers})
-        for event in batch:
-            producer.produce(topic, value=event.value, key=event.key)
-        assert producer.flush(30) == 0
+        produce_events(kafka_cluster.bootstrap_servers, topic, batch)
 
-    config = IngestConfig(
-        format="debezium-json",
-        key=("id",),
-        target=str(tmp_path / "products"),
-        checkpoint=str(tmp_path / "checkpoint"),
-        bootstrap_servers=kafka_cluster.bootstrap_servers,
-        topics=(topic,),
-        schema=COLUMNS,
-        options={"maxOffsetsPerTrigger": "50"},
-    )
+    config = products_from_kafka(tmp_path, kafka_cluster.bootstrap_servers, topic, maxOffsetsPerTrigger="50")
     produce(events[:half])
     first = ingest(config, spark)
     produce(events[half:])
@@ -321,20 +330,9 @@ def test_a_topic_larger_than_the_default_bound_is_read_in_several_micro_batches(
     topic = "ingest-bounded"
     kafka_cluster.create_topic(topic, partitions=2)
     changes = changelog(120, seed=5)
-    producer = Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers})
     events = debezium_events(changes)
-    for event in events:
-        producer.produce(topic, value=event.value, key=event.key)
-    assert producer.flush(30) == 0
-    config = IngestConfig(
-        format="debezium-json",
-        key=("id",),
-        target=str(tmp_path / "products"),
-        checkpoint=str(tmp_path / "checkpoint"),
-        bootstrap_servers=kafka_cluster.bootstrap_servers,
-        topics=(topic,),
-        schema=COLUMNS,
-    )
+    produce_events(kafka_cluster.bootstrap_servers, topic, events)
+    config = products_from_kafka(tmp_path, kafka_cluster.bootstrap_servers, topic)
     summary = ingest(config, spark)
     assert summary.batches >= -(-len(events) // 40)
     rows = DeltaTable(config.target).to_pyarrow_table().to_pylist()

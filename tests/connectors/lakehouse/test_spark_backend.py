@@ -249,3 +249,26 @@ def test_the_back_end_is_chosen_by_flag_or_config_file_and_defaults_to_delta_rs(
         IngestConfig(
             format="debezium-json", key=("id",), target="t", checkpoint="c", path="x", backend="duckdb"
         )  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("when", ["at creation", "added later"])
+def test_delta_rs_tables_with_timestamp_ntz_and_not_null_keys_read_on_spark(
+    spark: SparkSession, tmp_path: Path, when: str
+) -> None:
+    """A TIMESTAMP_NTZ column gives delta-rs's table a table-features protocol without NOT NULL's
+    ``invariants`` feature, which Delta Lake on Spark refuses (DELTA_FEATURES_PROTOCOL_METADATA_MISMATCH)."""
+    from datetime import datetime
+
+    from cdcflow.connectors.lakehouse.delta_schema import conform, create_table
+
+    path = str(tmp_path / "table")
+    ntz = pa.field("at", pa.timestamp("us"))
+    first = [pa.field("id", pa.int64()), pa.field("name", pa.string())]
+    table = create_table(path, pa.schema(first + [ntz] if when == "at creation" else first), ["id"])
+    at = datetime(2024, 5, 6, 7, 8, 9)
+    rows = pa.table({"id": [1], "name": ["a"], "at": [at]}, pa.schema([*first, ntz]))
+    data = conform(table, rows, ["id"], path)
+    DeltaTable(path).merge(data, "t.id = s.id", "s", "t").when_not_matched_insert_all().execute()
+
+    assert "timestampNtz" in (DeltaTable(path).protocol().writer_features or [])
+    assert delta_reader_rows(spark, path) == [{"id": 1, "name": "a", "at": at}]
