@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 import tomllib
+from collections.abc import Mapping
 from datetime import timedelta
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
 from cdcflow.cli import DUMP_EXAMPLE, CdcflowUsageError, kafka_timeout_option, key_values
-from cdcflow.formats.redact import redact
+from cdcflow.formats.redact import redact, shown_entry
 
 DEMO_DIR = "cdcflow-demo"
 T = TypeVar("T")
@@ -38,6 +39,7 @@ SETTINGS = (
     "kafka_timeout",
     "backend",
     "delta_jars",
+    "jars",
 )
 
 
@@ -57,8 +59,22 @@ def add_parser(commands: Any) -> None:
     ingest.add_argument("--topic", action="append", metavar="T", help="a Kafka topic; repeatable")
     ingest.add_argument("--schema", metavar="DDL", help="the table's columns: 'id INT NOT NULL, name STRING'")
     ingest.add_argument("--key", metavar="COLS", help="primary key columns, comma separated")
-    ingest.add_argument("--target", metavar="DELTA_PATH", help="the Delta table (created on first write)")
-    ingest.add_argument("--checkpoint", metavar="DIR", help="the query's checkpoint (and key state)")
+    ingest.add_argument(
+        "--target",
+        metavar="DELTA_PATH",
+        help="the Delta table (created on first write): a path, or s3://, abfss://, gs:// ...",
+    )
+    ingest.add_argument(
+        "--checkpoint", metavar="DIR", help="the query's checkpoint (and key state): a path or s3a:// ..."
+    )
+    ingest.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="an object store option as delta-rs takes it: AWS_REGION=eu-west-1, AWS_ENDPOINT_URL=..., "
+        "AZURE_STORAGE_ACCOUNT_NAME=...; repeatable (the environment's AWS_*, AZURE_* variables count too)",
+    )
     ingest.add_argument(
         "--option",
         action="append",
@@ -115,6 +131,12 @@ def add_parser(commands: Any) -> None:
         help="--backend spark in a local session: delta-spark's jars (files or folders, comma separated; "
         "default $CDCFLOW_DELTA_JARS); under spark-submit give --packages io.delta:delta-spark_2.13:4.4.0",
     )
+    ingest.add_argument(
+        "--jars",
+        metavar="JARS",
+        help="jars (files or folders, comma separated) the local Spark session loads, e.g. hadoop-aws's for "
+        "a checkpoint on S3 (scripts/java_deps.sh hadoop-aws); default $CDCFLOW_JARS",
+    )
     ingest.add_argument("--show", action="store_true", help="print the table at the end (demo default)")
     ingest.set_defaults(command=run)
 
@@ -128,9 +150,24 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
         if value is not None:
             merged[name] = value
     options = _flat_options(merged.pop("options", None) or {})
-    args.config_options = options  # the file's secrets, for the error messages of the command line
+    storage = _flat_options(merged.pop("storage_options", None) or {})
+    args.config_options = options | storage  # the file's secrets, for the error messages of the command line
     merged["options"] = options | key_values(args.option, "schema-include=true")
+    merged["storage_options"] = storage | _storage_options(getattr(args, "storage_option", None) or [])
     return merged
+
+
+def _storage_options(entries: list[str]) -> dict[str, str]:
+    """The ``--storage-option KEY=VALUE`` entries."""
+    given: dict[str, str] = {}
+    for entry in entries:
+        key, sep, value = entry.partition("=")
+        if not sep or not key.strip():
+            raise CdcflowUsageError(
+                f"--storage-option '{shown_entry(entry)}' must look like KEY=VALUE, e.g. AWS_REGION=eu-west-1"
+            )
+        given[key.strip()] = value
+    return given
 
 
 def _flat_options(table: Any, prefix: str = "") -> dict[str, str]:
@@ -153,9 +190,9 @@ def _read_config(path: str) -> dict[str, Any]:
     except (OSError, tomllib.TOMLDecodeError) as error:
         raise CdcflowUsageError(f"--config {path}: {error}") from None
     settings = {key.replace("-", "_"): value for key, value in data.items()}
-    unknown = sorted(set(settings) - {*SETTINGS, "options"})
+    unknown = sorted(set(settings) - {*SETTINGS, "options", "storage_options"})
     if unknown:
-        valid = ", ".join(name.replace("_", "-") for name in (*SETTINGS, "options"))
+        valid = ", ".join(name.replace("_", "-") for name in (*SETTINGS, "options", "storage-options"))
         raise CdcflowUsageError(f"--config {path}: unknown settings {', '.join(unknown)}; valid: {valid}")
     return settings
 
@@ -203,6 +240,8 @@ def config_from(merged: dict[str, Any]) -> tuple[Any, bool]:
             max_bytes_per_trigger=_count(merged.get("max_bytes_per_trigger")),
             backend=merged.get("backend") or "delta-rs",
             delta_jars=merged.get("delta_jars"),
+            storage_options=merged.get("storage_options") or {},
+            jars=merged.get("jars"),
         ),
         demo,
     )
@@ -258,18 +297,22 @@ def run(args: argparse.Namespace) -> int:
         summary = ingest(config)
     print(f"cdcflow ingest: done: {summary}", file=sys.stderr)
     if demo or args.show:
-        print_table(config.target, config.key)
+        print_table(config.target, config.key, config.storage_options)
     return 0
 
 
-def print_table(target: str, key: tuple[str, ...]) -> None:
+def print_table(target: str, key: tuple[str, ...], storage_options: Mapping[str, str] | None = None) -> None:
     from deltalake import DeltaTable
 
     from cdcflow.connectors.lakehouse.delta_io import read_table
+    from cdcflow.connectors.lakehouse.storage import Storage
     from cdcflow.core.flinkstr import format_value
 
-    table = DeltaTable(target)
-    rows = sorted(read_table(target).to_pylist(), key=lambda r: tuple((r[k] is None, r[k]) for k in key))
+    storage = Storage(dict(storage_options or {}))
+    table = DeltaTable(target, storage_options=storage.table_options())
+    rows = sorted(
+        read_table(target, storage).to_pylist(), key=lambda r: tuple((r[k] is None, r[k]) for k in key)
+    )
     names = [field.name for field in table.schema().fields]
     print(f"Delta table {target} (version {table.version()}, {len(rows)} rows): [{', '.join(names)}]")
     for row in rows:

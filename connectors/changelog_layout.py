@@ -17,6 +17,9 @@ from cdcflow.core.params import FromChangelogParams, ToChangelogParams
 KEY_COLUMN_PREFIX = "__cdcflow_key_"
 """Grouping columns added to the input for the stateful operators, dropped before the engine."""
 
+TIME_VALUES_COLUMN = "__cdcflow_event_time_us"
+"""On a stream, the event time (``order_by`` / ``on_time``) as epoch microseconds, for timers."""
+
 _OP_TYPES = (st.StringType, st.BooleanType, st.ByteType, st.ShortType, st.IntegerType, st.LongType)
 
 
@@ -26,6 +29,8 @@ class FrameLayout:
 
     ``hidden`` are input columns the engine does not see (grouping helpers, ``sequence_by`` columns
     not named in ``passthrough``); ``image_fields`` the columns of the images the engine keeps in state.
+    ``time_column`` is the event-time column (``order_by`` / ``on_time``), and ``time_values`` the
+    hidden column holding it in microseconds on a stream.
     """
 
     output: st.StructType
@@ -34,6 +39,8 @@ class FrameLayout:
     hidden: tuple[str, ...]
     key_columns: tuple[str, ...]
     image_fields: tuple[str, ...]
+    time_column: str | None = None
+    time_values: str | None = None
 
 
 def sequence_columns(sequence_by: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -46,9 +53,16 @@ def sequence_columns(sequence_by: str | Sequence[str] | None) -> tuple[str, ...]
 
 
 def from_layout(
-    schema: st.StructType, params: FromChangelogParams, row_kind_column: str, sequence_by: tuple[str, ...]
+    schema: st.StructType,
+    params: FromChangelogParams,
+    row_kind_column: str,
+    sequence_by: tuple[str, ...],
+    time_values: str | None = None,
 ) -> FrameLayout:
-    """Check an envelope DataFrame against from_changelog's parameters; the result is images + row kind."""
+    """Check an envelope DataFrame against from_changelog's parameters; the result is images + row kind.
+
+    The ``order_by`` column is not part of the result unless ``passthrough`` names it (the engine's).
+    """
     columns = {f.name: f for f in schema.fields}
     _require(columns, "op", [params.op], "the operation code column")
     if not isinstance(columns[params.op].dataType, _OP_TYPES):
@@ -58,6 +72,9 @@ def from_layout(
             f"col('{params.op}').cast('string'))"
         )
     _require(columns, "sequence_by", sequence_by, "an ordering column")
+    time = params.order_by
+    if time is not None:
+        _require(columns, "order_by", [time], "the event-time column to sort the rows by")
     dropped = [name for name in sequence_by if name not in params.passthrough]
     if params.nested:
         image = _image_struct(columns, params)
@@ -71,7 +88,8 @@ def from_layout(
         fields = [*image.fields, *(columns[name] for name in params.passthrough)]
         keyable = set(image.names) | set(params.passthrough)
     else:
-        fields = [f for f in schema.fields if f.name != params.op and f.name not in dropped]
+        consumed = {params.op, *dropped} | ({time} - set(params.passthrough) if time else set())
+        fields = [f for f in schema.fields if f.name not in consumed]
         keyable = {f.name for f in fields}
     missing_keys = [name for name in params.partition_by if name not in keyable]
     if missing_keys:
@@ -81,14 +99,17 @@ def from_layout(
             "partition_by names the upsert key column(s) of the rows"
         )
     image_fields = tuple(f.name for f in fields)
-    keys = _key_columns(columns, len(params.partition_by))
+    keys = _key_columns(columns, max(len(params.partition_by), 1) if time else len(params.partition_by))
+    _reserved(columns, time_values)
     return FrameLayout(
         output=_with_row_kind(fields, row_kind_column),
         row_kind_column=row_kind_column,
         sequence_by=sequence_by,
-        hidden=(*dropped, *keys),
+        hidden=(*dropped, *keys, *((time_values,) if time_values else ())),
         key_columns=keys,
         image_fields=image_fields,
+        time_column=time,
+        time_values=time_values,
     )
 
 
@@ -98,8 +119,12 @@ def to_layout(
     row_kind_column: str,
     sequence_by: tuple[str, ...],
     group_columns: int,
+    time_values: str | None = None,
 ) -> FrameLayout:
-    """Check a changelog DataFrame against to_changelog's parameters; the result is the envelope."""
+    """Check a changelog DataFrame against to_changelog's parameters; the result is the envelope.
+
+    The ``on_time`` column is not part of the envelope unless ``passthrough`` names it (the engine's).
+    """
     columns = {f.name: f for f in schema.fields}
     _require(columns, "row_kind_column", [row_kind_column], "the row kind column (+I, -U, +U, -D)")
     if not isinstance(columns[row_kind_column].dataType, st.StringType):
@@ -111,9 +136,13 @@ def to_layout(
     rows = [f for f in schema.fields if f.name != row_kind_column and f.name not in dropped]
     row_names = {f.name for f in rows}
     _require({f.name: f for f in rows}, "partition_by", params.partition_by, "an upsert key column")
+    time = params.on_time
+    if time is not None:
+        _require({f.name: f for f in rows}, "on_time", [time], "the event-time column of the rows")
+    written = [f for f in rows if f.name != time or time in params.passthrough]
     if params.nested:
         _require({f.name: f for f in rows}, "passthrough", params.passthrough, "a column of the rows")
-        image = st.StructType([_nullable(f) for f in rows if f.name not in params.passthrough])
+        image = st.StructType([_nullable(f) for f in written if f.name not in params.passthrough])
         envelope = [st.StructField(params.op, st.StringType(), False)]
         envelope += [_nullable(columns[name]) for name in params.passthrough]
         for name in dict.fromkeys(n for n in (params.before, params.after) if n is not None):
@@ -126,16 +155,19 @@ def to_layout(
                 "another op field with op='...'"
             )
         output = st.StructType(
-            [st.StructField(params.op, st.StringType(), False), *(_nullable(f) for f in rows)]
+            [st.StructField(params.op, st.StringType(), False), *(_nullable(f) for f in written)]
         )
     keys = _key_columns(columns, group_columns)
+    _reserved(columns, time_values)
     return FrameLayout(
         output=output,
         row_kind_column=row_kind_column,
         sequence_by=sequence_by,
-        hidden=(*sorted(dropped), *keys),
+        hidden=(*sorted(dropped), *keys, *((time_values,) if time_values else ())),
         key_columns=keys,
         image_fields=tuple(f.name for f in rows),
+        time_column=time,
+        time_values=time_values,
     )
 
 
@@ -178,6 +210,11 @@ def _key_columns(columns: dict[str, st.StructField], count: int) -> tuple[str, .
     if taken:
         raise ChangelogValidationError(f"the input has columns {taken}, names cdcflow reserves: rename them")
     return keys
+
+
+def _reserved(columns: dict[str, st.StructField], name: str | None) -> None:
+    if name is not None and name in columns:
+        raise ChangelogValidationError(f"the input has a column '{name}', a name cdcflow reserves: rename it")
 
 
 def _with_row_kind(fields: Sequence[st.StructField], row_kind_column: str) -> st.StructType:

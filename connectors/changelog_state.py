@@ -2,9 +2,11 @@
 
 Streaming queries run :class:`ChangelogProcessor` under ``transformWithState``: each key's
 :class:`~cdcflow.core.KeyState` lives in a ``ValueState`` (so it is checkpointed and survives a
-restart), and :class:`FromChangelog` / :class:`ToChangelog` run unchanged against it. Batch
-DataFrames run the same conversion with ``mapInArrow`` over partitions that hold each key's rows
-together and in order, then end the input.
+restart), and :class:`FromChangelog` / :class:`ToChangelog` run unchanged against it. With an
+event-time column the rows wait in a ``ListState`` until Spark's watermark passes them; an
+event-time timer then hands them to the engine, which sorts and compacts them as it does at a
+watermark. Batch DataFrames run the same conversion with ``mapInArrow`` over partitions that hold
+each key's rows together and in order, then end the input.
 """
 
 from __future__ import annotations
@@ -13,11 +15,14 @@ import pickle
 import time
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from pyspark.sql import Row
 from pyspark.sql import types as st
 from pyspark.sql.streaming.stateful_processor import (
+    ExpiredTimerInfo,
+    ListState,
     StatefulProcessor,
     StatefulProcessorHandle,
     TimerValues,
@@ -27,7 +32,7 @@ from pyspark.sql.streaming.stateful_processor import (
 from cdcflow.connectors.changelog_layout import FrameLayout
 from cdcflow.core.errors import ChangelogDataError
 from cdcflow.core.from_envelopes import FromChangelog
-from cdcflow.core.model import Change
+from cdcflow.core.model import Change, Watermark
 from cdcflow.core.params import FromChangelogParams, ToChangelogParams
 from cdcflow.core.rowkind import RowKind
 from cdcflow.core.state import Clock, InMemoryStateStore, KeyState, StateStore
@@ -41,10 +46,14 @@ Record = dict[str, Any]
 STATE_SCHEMA = st.StructType([st.StructField("key_state", st.BinaryType(), False)])
 """One pickled :class:`KeyState` per key: images keep their exact Python values (tz-aware times, Decimals)."""
 
+BUFFER_SCHEMA = st.StructType(
+    [st.StructField("event_time_us", st.LongType(), False), st.StructField("record", st.BinaryType(), False)]
+)
+"""A row waiting for the watermark: its event time and the pickled record, in arrival order."""
+
 _ROW_KINDS = {kind.value: kind for kind in RowKind}
 
-TTL_GRACE_MS = 1000
-"""Spark's own TTL frees state a little after the engine's TTL has already ignored it."""
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 class Conversion(Protocol):
@@ -58,6 +67,8 @@ class Conversion(Protocol):
     def feed(self, engine: Any, record: Record) -> list[Record]: ...
 
     def finish(self, engine: Any) -> list[Record]: ...
+
+    def advance(self, engine: Any, watermark: int) -> list[Record]: ...
 
 
 @dataclass(frozen=True)
@@ -77,6 +88,12 @@ class FromRows:
     def finish(self, engine: FromChangelog) -> list[Record]:
         column = self.layout.row_kind_column
         return [{**change.row, column: change.kind.value} for change in engine.flush()]
+
+    def advance(self, engine: FromChangelog, watermark: int) -> list[Record]:
+        column = self.layout.row_kind_column
+        return [
+            {**change.row, column: change.kind.value} for change in engine.on_watermark(Watermark(watermark))
+        ]
 
 
 @dataclass(frozen=True)
@@ -100,13 +117,18 @@ class ToRows:
     def finish(self, engine: ToChangelog) -> list[Record]:
         return engine.flush()
 
+    def advance(self, engine: ToChangelog, watermark: int) -> list[Record]:
+        return engine.on_watermark(Watermark(watermark))
+
 
 class Prepared(NamedTuple):
-    """A record as the engine will see it, with its grouping key and ``sequence_by`` values."""
+    """A record as the engine will see it, with its grouping key, ``sequence_by`` values and, on a
+    stream with an event-time column, that time in microseconds (also the record's time value)."""
 
     key: tuple[Any, ...]
     sequence: tuple[Any, ...]
     record: Record
+    time: int | None = None
 
 
 def prepare(
@@ -114,18 +136,27 @@ def prepare(
 ) -> list[Prepared]:
     """The rows without hidden columns, sorted by ``sequence_by`` (stably) if ``sort``.
 
-    A stateful conversion needs every row's position: a NULL ``sequence_by`` value fails.
+    A stateful conversion needs every row's position: a NULL ``sequence_by`` value fails. On a stream
+    the engine sees the event time as epoch microseconds, the unit of Spark's watermark.
     """
     layout = conversion.layout
     hidden = set(layout.hidden)
-    prepared = [
-        Prepared(
-            tuple(row[name] for name in layout.key_columns),
-            tuple(row[name] for name in layout.sequence_by),
-            {k: v for k, v in row.items() if k not in hidden},
+    time_column, time_values = layout.time_column, layout.time_values
+    prepared = []
+    for row in rows:
+        record = {k: v for k, v in row.items() if k not in hidden}
+        time = None
+        if time_column is not None and time_values is not None:
+            time = row[time_values]
+            record[time_column] = time
+        prepared.append(
+            Prepared(
+                tuple(row[name] for name in layout.key_columns),
+                tuple(row[name] for name in layout.sequence_by),
+                record,
+                time,
+            )
         )
-        for row in rows
-    ]
     if layout.sequence_by and stateful:
         for item in prepared:
             if any(value is None for value in item.sequence):
@@ -135,21 +166,41 @@ def prepare(
                 )
         if sort:
             prepared.sort(key=lambda item: item.sequence)
+    if time_values is not None:
+        for item in prepared:
+            if item.time is None:
+                raise ChangelogDataError(
+                    f"{_where(item)}: the event time '{time_column}' is NULL; every row needs its event "
+                    "time to be ordered by the watermark",
+                    field=time_column,
+                )
     return prepared
 
 
+def _where(row: Prepared) -> str:
+    where = [f"partition_by key {list(row.key)}"] if row.key else []
+    if row.sequence:
+        where.append(f"sequence_by {list(row.sequence)}")
+    return ", ".join(where) or "record"
+
+
 class StateCodec:
-    """:class:`KeyState` ↔ bytes; an image with the expected columns is stored as a bare tuple."""
+    """:class:`KeyState` ↔ bytes; an image with the expected columns is stored as a bare tuple.
+
+    Next to the state goes the time (ms) of the timer that will free it once expired, if one is set.
+    """
 
     def __init__(self, fields: tuple[str, ...]) -> None:
         self.fields = fields
 
-    def encode(self, state: KeyState) -> bytes:
-        return pickle.dumps((self._pack(state.image), self._pack(state.pending_before), state.expires_at), 5)
+    def encode(self, state: KeyState, timer_ms: int | None = None) -> bytes:
+        image, pending = self._pack(state.image), self._pack(state.pending_before)
+        return pickle.dumps((image, pending, state.expires_at, timer_ms), 5)
 
-    def decode(self, data: bytes) -> KeyState:
-        image, pending, expires_at = pickle.loads(data)  # noqa: S301 - written by encode, in our checkpoint
-        return KeyState(self._unpack(image), self._unpack(pending), expires_at)
+    def decode(self, data: bytes) -> tuple[KeyState, int | None]:
+        image, pending, expires_at, *rest = pickle.loads(data)  # noqa: S301 - written by encode, in our checkpoint
+        timer_ms = rest[0] if rest else None
+        return KeyState(self._unpack(image), self._unpack(pending), expires_at), timer_ms
 
     def _pack(self, image: Record | None) -> tuple[Any, ...] | Record | None:
         if image is not None and tuple(image) == self.fields:
@@ -180,25 +231,54 @@ class ValueStateStore:
         self._loaded = False
         self._dirty = False
         self._state: KeyState | None = None
+        self._timer_ms: int | None = None
         self._key: Hashable = None
+
+    def _load(self) -> None:
+        if not self._loaded:
+            stored = self._value.get()
+            if stored is not None:
+                self._state, self._timer_ms = self._codec.decode(stored[0])
+            self._loaded = True
 
     def get(self, key: Hashable) -> KeyState | None:
         self._key = key
-        if not self._loaded:
-            stored = self._value.get()
-            self._state = self._codec.decode(stored[0]) if stored is not None else None
-            self._loaded = True
+        self._load()
         return self._state
 
     def put(self, key: Hashable, state: KeyState) -> None:
-        self._key, self._state, self._loaded, self._dirty = key, state, True, True
+        self._load()
+        self._key, self._state, self._dirty = key, state, True
 
     def delete(self, key: Hashable) -> None:
-        self._key, self._state, self._loaded, self._dirty = key, None, True, True
+        self._key = key
+        self.clear()
 
     def items(self) -> Iterator[tuple[Hashable, KeyState]]:
         state = self.get(self._key)
         return iter([(self._key, state)] if state is not None else [])
+
+    @property
+    def current(self) -> KeyState | None:
+        """The state of the key Spark is processing."""
+        self._load()
+        return self._state
+
+    def clear(self) -> None:
+        """Forget the key's state (and its expiry timer) at :meth:`commit`."""
+        self._load()
+        self._state, self._timer_ms, self._dirty = None, None, True
+
+    @property
+    def timer_ms(self) -> int | None:
+        """The timer set to free this key's state when it expires (None: none is set)."""
+        self._load()
+        return self._timer_ms
+
+    @timer_ms.setter
+    def timer_ms(self, value: int | None) -> None:
+        self._load()
+        self._timer_ms, self._dirty = value, True
 
     def commit(self) -> None:
         if not self._dirty:
@@ -206,22 +286,45 @@ class ValueStateStore:
         if self._state is None:
             self._value.clear()
         else:
-            self._value.update((self._codec.encode(self._state),))
+            self._value.update((self._codec.encode(self._state, self._timer_ms),))
         self._dirty = False
 
 
-class ChangelogProcessor(StatefulProcessor):
-    """``transformWithState`` processor running one conversion per grouping key (``partition_by``)."""
+@dataclass(frozen=True)
+class StreamPlan:
+    """How a stream's processor keeps and releases each key's rows.
 
-    def __init__(self, conversion: Conversion, state_name: str, ttl_seconds: float | None) -> None:
+    ``state_name`` names the state variables (``uid``). ``ttl_seconds`` (> 0) sets event-time timers
+    that free a key's state once expired: the engine already treats expired state as gone, the
+    timers only reclaim the space of keys that do not come back. With ``watermark_first`` (to_changelog)
+    a micro-batch first releases what Spark's current watermark passed, then writes the batch's rows
+    at or below it at once (the engine's order: watermark, then rows); without it (from_changelog)
+    Spark has dropped the rows at or below the previous watermark, and every row waits for its timer.
+    """
+
+    state_name: str
+    ttl_seconds: float | None = None
+    watermark_first: bool = False
+
+
+class ChangelogProcessor(StatefulProcessor):
+    """``transformWithState`` processor running one conversion per grouping key (``partition_by``).
+
+    Time comes from Spark: the micro-batch's processing time is the engine's clock (every row of a
+    batch sees the same), and its watermark (ms) releases waiting rows.
+    """
+
+    def __init__(self, conversion: Conversion, plan: StreamPlan) -> None:
         self.conversion = conversion
-        self.state_name = state_name
-        self.ttl_seconds = ttl_seconds
+        self.plan = plan
 
     def init(self, handle: StatefulProcessorHandle) -> None:
-        ttl_ms = int(self.ttl_seconds * 1000) + TTL_GRACE_MS if self.ttl_seconds else None
-        value = handle.getValueState(self.state_name, STATE_SCHEMA, ttl_ms)
+        self._handle = handle
+        value = handle.getValueState(self.plan.state_name, STATE_SCHEMA)
         self._store = ValueStateStore(value, StateCodec(self.conversion.layout.image_fields))
+        self._buffer: ListState | None = None
+        if self.conversion.layout.time_values is not None:
+            self._buffer = handle.getListState(self.plan.state_name + "_waiting", BUFFER_SCHEMA)
         self._now = 0.0
         self._engine = self.conversion.engine(self._clock, self._store)
 
@@ -229,17 +332,134 @@ class ChangelogProcessor(StatefulProcessor):
         return self._now
 
     def handleInputRows(self, key: Any, rows: Any, timerValues: TimerValues) -> Iterator[Row]:
-        # Processing time is the micro-batch's: every row of a batch sees the same clock.
         self._now = timerValues.getCurrentProcessingTimeInMs() / 1000
         self._store.start()
         conversion = self.conversion
         prepared = prepare(conversion, (r.asDict() for r in rows), sort=True)
-        output = run_rows(conversion, self._engine, prepared)
+        if self._buffer is None:
+            output = run_rows(conversion, self._engine, prepared)
+        else:
+            output = self._arrive(key, prepared, timerValues.getCurrentWatermarkInMs())
+        self._schedule_expiry()
         self._store.commit()
-        return iter([Row(**record) for record in output])
+        return self._rows(output)
+
+    def handleExpiredTimer(
+        self, key: Any, timerValues: TimerValues, expiredTimerInfo: ExpiredTimerInfo
+    ) -> Iterator[Row]:
+        self._now = timerValues.getCurrentProcessingTimeInMs() / 1000
+        self._store.start()
+        output: list[Record] = []
+        if self._buffer is not None:
+            output = self._release(key, timerValues.getCurrentWatermarkInMs(), [])
+        self._expire(expiredTimerInfo.getExpiryTimeInMs())
+        self._store.commit()
+        return self._rows(output)
 
     def close(self) -> None:
         pass
+
+    def _arrive(self, key: Any, rows: list[Prepared], watermark_ms: int) -> list[Record]:
+        """A micro-batch's rows for one key, with an event-time column."""
+        assert self._buffer is not None  # noqa: S101 - called only with an event-time column
+        if not self.plan.watermark_first:
+            self._wait(rows)
+            return []
+        return self._release(key, watermark_ms, rows)
+
+    def _wait(self, rows: list[Prepared]) -> None:
+        assert self._buffer is not None  # noqa: S101 - called only with an event-time column
+        waiting = [_waiting(row) for row in rows]
+        self._buffer.appendList(waiting)
+        self._handle.registerTimer(_timer_ms(min(time for time, _ in waiting)))
+
+    def _release(self, key: Any, watermark_ms: int, arriving: list[Prepared]) -> list[Record]:
+        """Hand the waiting rows at or below the watermark to the engine, in arrival order (it sorts
+        them by event time and compacts each key's changes, as at a watermark); ``arriving`` rows at
+        or below it are written at once, the rest wait with the others."""
+        assert self._buffer is not None  # noqa: S101 - called only with an event-time column
+        watermark = watermark_ms * 1000
+        waiting = [(int(time), bytes(data)) for time, data in self._buffer.get()]
+        due = [item for item in waiting if item[0] <= watermark]
+        now = [row for row in arriving if _time(row) <= watermark]
+        later = [row for row in arriving if _time(row) > watermark]
+        if not due and not arriving:
+            return []
+        conversion = self.conversion
+        engine = conversion.engine(self._clock, self._store)
+        output = run_rows(conversion, engine, [_restored(key, item) for item in due])
+        try:
+            output.extend(conversion.advance(engine, watermark))
+        except ChangelogDataError as error:
+            raise type(error)(f"partition_by key {list(key)}: {error.reason}", field=error.field) from error
+        output.extend(run_rows(conversion, engine, now))
+        if due:
+            kept = [item for item in waiting if item[0] > watermark]
+            if kept:
+                self._buffer.put(kept)
+                self._handle.registerTimer(_timer_ms(min(time for time, _ in kept)))
+            else:
+                self._buffer.clear()
+        if later:
+            self._wait(later)
+        return output
+
+    def _schedule_expiry(self) -> None:
+        """Set a timer to free the key's state when it expires, unless one is set already."""
+        if not self.plan.ttl_seconds:
+            return
+        store = self._store
+        state = store.current
+        if state is None or state.expires_at is None or store.timer_ms is not None:
+            return
+        at = _timer_ms(int(state.expires_at * 1_000_000))
+        self._handle.registerTimer(at)
+        store.timer_ms = at
+
+    def _expire(self, fired_ms: int) -> None:
+        """A timer fired: free the key's state if it has expired, else move its expiry timer on."""
+        if not self.plan.ttl_seconds:
+            return
+        store = self._store
+        state = store.current
+        if state is None or state.expires_at is None:
+            return
+        if self._now >= state.expires_at:
+            store.clear()
+            return
+        if store.timer_ms is None or store.timer_ms <= fired_ms:
+            # Spark deletes the firing timer after this call: a new one must be later.
+            at = max(_timer_ms(int(state.expires_at * 1_000_000)), fired_ms + 1)
+            self._handle.registerTimer(at)
+            store.timer_ms = at
+
+    def _rows(self, output: list[Record]) -> Iterator[Row]:
+        time_column = self.conversion.layout.time_column
+        if time_column is not None and time_column in self.conversion.layout.output.names:
+            for record in output:
+                value = record.get(time_column)
+                if isinstance(value, int):
+                    record[time_column] = _EPOCH + timedelta(microseconds=value)
+        return iter([Row(**record) for record in output])
+
+
+def _timer_ms(time_us: int) -> int:
+    """The timer for an event time: it fires once the watermark (ms) is at or past it."""
+    return -(-time_us // 1000)
+
+
+def _time(row: Prepared) -> int:
+    assert row.time is not None  # noqa: S101 - prepare fails a row without its event time
+    return row.time
+
+
+def _waiting(row: Prepared) -> tuple[int, bytes]:
+    return (_time(row), pickle.dumps((row.sequence, row.record), 5))
+
+
+def _restored(key: Any, item: tuple[int, bytes]) -> Prepared:
+    sequence, record = pickle.loads(item[1])  # noqa: S301 - written by _waiting, in our checkpoint
+    return Prepared(tuple(key), tuple(sequence), record, item[0])
 
 
 def run_rows(conversion: Conversion, engine: Any, rows: list[Prepared]) -> list[Record]:
@@ -249,10 +469,7 @@ def run_rows(conversion: Conversion, engine: Any, rows: list[Prepared]) -> list[
         try:
             output.extend(conversion.feed(engine, row.record))
         except ChangelogDataError as error:
-            where = [f"partition_by key {list(row.key)}"] if row.key else []
-            if row.sequence:
-                where.append(f"sequence_by {list(row.sequence)}")
-            raise type(error)(f"{', '.join(where) or 'record'}: {error.reason}", field=error.field) from error
+            raise type(error)(f"{_where(row)}: {error.reason}", field=error.field) from error
     return output
 
 

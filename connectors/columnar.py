@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -23,16 +24,25 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
 from cdcflow.connectors.columnar_block import Block, Positions
-from cdcflow.connectors.columnar_types import ColumnPlan, plan_column
-from cdcflow.formats.base import Decoder
-from cdcflow.formats.debezium import DebeziumMode, UnavailableHandling
+from cdcflow.connectors.columnar_metadata import (
+    SUPPORTED,
+    envelope_fields,
+    metadata_columns,
+    unavailable_lists,
+)
+from cdcflow.connectors.columnar_types import PLACEHOLDERS, ColumnPlan, plan_column
+from cdcflow.formats.base import Decoder, Headers, metadata_column_name
+from cdcflow.formats.debezium import KEY_HEADERS, DebeziumMode, UnavailableHandling, reports_unavailable
 from cdcflow.formats.debezium_json import DebeziumJsonDecoder
+from cdcflow.formats.types import TypeKind
 
 _OPS = pa.array(["c", "r", "u", "d"])
 _UPDATE, _DELETE = 2, 3
 _KINDS = pa.array(["+I", "-U", "+U", "-D"])
 #: The first row kind of each op code (its index in _OPS); an update adds +U after its -U.
 _FIRST_KIND = np.array([0, 0, 1, 3], dtype=np.int8)
+#: The one row kind of each op code under ``changelog-mode=upsert``: ``u`` gives +U alone.
+_UPSERT_KIND = np.array([0, 0, 2, 3], dtype=np.int8)
 
 
 @dataclass(frozen=True)
@@ -53,51 +63,102 @@ class ColumnarDecoder:
     """
 
     def __init__(
-        self, columns: tuple[ColumnPlan, ...], physical: pa.Schema, row_kind_column: str, keyed_state: bool
+        self,
+        columns: tuple[ColumnPlan, ...],
+        physical: pa.Schema,
+        row_kind_column: str,
+        keyed_state: bool,
+        *,
+        upsert: bool = False,
+        metadata: tuple[str, ...] = (),
+        reports: bool = False,
+        key_columns: tuple[str, ...] = (),
     ) -> None:
         self.columns = columns
         self.physical = physical
         self.row_kind_column = row_kind_column
         self.keyed_state = keyed_state
+        self.upsert = upsert
+        """``changelog-mode=upsert``: ``u`` gives +U alone, no before image needed."""
+        self.metadata = metadata
+        self.reports = reports
+        """A placeholder (unchanged TOAST) is NULL and listed in ``unavailable-columns``, unless the
+        event's before image has the value."""
+        self.key_columns = key_columns
         self._output = pa.schema([*physical, pa.field(row_kind_column, pa.string(), nullable=False)])
+        self._metadata_types = [f.type for f in physical][len(columns) :]
+        self._placeholder_checked = [reports and plan.kind is TypeKind.STRING for plan in columns]
         image = pa.struct([pa.field(c.name, c.parsed_as) for c in columns])
         self._parse_options = pa_json.ParseOptions(
-            explicit_schema=pa.schema([("op", pa.string()), ("before", image), ("after", image)]),
+            explicit_schema=pa.schema(
+                [("op", pa.string()), ("before", image), ("after", image), *envelope_fields(metadata)]
+            ),
             unexpected_field_behavior="ignore",
             newlines_in_values=True,
         )
 
-    def __reduce__(self) -> tuple[type[ColumnarDecoder], tuple[object, ...]]:
-        return type(self), (self.columns, self.physical, self.row_kind_column, self.keyed_state)
+    @property
+    def reads_headers(self) -> bool:
+        """Whether metadata comes from the messages' headers (Debezium's old and new keys)."""
+        return any(key in KEY_HEADERS for key in self.metadata)
+
+    def __reduce__(self) -> tuple[Any, tuple[object, ...]]:
+        return _rebuild, (
+            self.columns,
+            self.physical,
+            self.row_kind_column,
+            self.keyed_state,
+            self.upsert,
+            self.metadata,
+            self.reports,
+            self.key_columns,
+        )
 
     @classmethod
     def for_decoder(
         cls, decoder: Decoder, physical: pa.Schema, *, row_kind_column: str = "_row_kind"
     ) -> ColumnarDecoder | None:
         """The columnar twin of ``decoder`` producing ``physical`` (Spark's Arrow schema of the declared
-        columns), or None when its configuration has no columnar path: not ``debezium-json``, the
-        schema-include form, upsert mode, metadata columns, key columns that index the TOAST-filling
-        state, or a column type this path does not read (DECIMAL, BINARY, nested types)."""
+        columns, then the metadata columns), or None when its configuration has no columnar path: not
+        ``debezium-json``, the schema-include form, metadata other than the position, timestamps, key
+        headers and unavailable columns, key columns that index the TOAST-filling state, or a column
+        type this path does not read (DECIMAL, BINARY, nested types)."""
         if not isinstance(decoder, DebeziumJsonDecoder):
             return None
         config = decoder.config
-        if config.schema is None or config.schema_include or config.metadata:
-            return None
-        if config.mode is not DebeziumMode.RETRACT:
+        if config.schema is None or config.schema_include or not set(config.metadata) <= SUPPORTED:
             return None
         fill = config.unavailable is UnavailableHandling.FILL
         if fill and config.key_columns:
             return None
-        if len(physical) != len(config.schema):
+        if len(physical) != len(config.schema) + len(config.metadata):
             return None
-        plans = [plan_column(column, field) for column, field in zip(config.schema, physical, strict=True)]
+        names = [metadata_column_name(key) for key in config.metadata]
+        if [f.name for f in physical][len(config.schema) :] != names:
+            return None
+        reports = reports_unavailable(config.metadata, config.unavailable) and not fill
+        plans = [
+            plan_column(column, field, relaxed=reports)
+            for column, field in zip(config.schema, physical, strict=False)
+        ]
         if any(plan is None for plan in plans):
             return None
-        columns = tuple(plan for plan in plans if plan is not None)
-        return cls(columns, physical, row_kind_column, keyed_state=fill)
+        return cls(
+            tuple(plan for plan in plans if plan is not None),
+            physical,
+            row_kind_column,
+            keyed_state=fill,
+            upsert=config.mode is DebeziumMode.UPSERT,
+            metadata=tuple(config.metadata),
+            reports=reports,
+            key_columns=tuple(config.key_columns),
+        )
 
     def decode(
-        self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None = None
+        self,
+        values: Sequence[bytes | None],
+        keys: Sequence[bytes | None] | None = None,
+        headers: Sequence[Headers] | None = None,
     ) -> ColumnarBatch | None:
         """The changelog of ``values`` (message values; None or blank is a tombstone, giving no row), or
         None when the block must be decoded message by message.
@@ -108,22 +169,24 @@ class ColumnarDecoder:
         """
         if self.keyed_state and keys is not None and any(key is not None for key in keys):
             return None
-        return self._decode(Block.of_values(values))
+        return self._decode(Block.of_values(values), headers)
 
-    def decode_array(self, values: pa.Array, keys: pa.Array | None = None) -> ColumnarBatch | None:
+    def decode_array(
+        self, values: pa.Array, keys: pa.Array | None = None, headers: Sequence[Headers] | None = None
+    ) -> ColumnarBatch | None:
         """:meth:`decode` of message values and keys as Arrow arrays (binary, null for a tombstone)."""
         if self.keyed_state and keys is not None and keys.null_count < len(keys):
             return None
         if not (pa.types.is_binary(values.type) or pa.types.is_large_binary(values.type)):
-            return self._decode(Block.of_values(values.to_pylist()))
-        return self._decode(Block.of_array(values))
+            return self._decode(Block.of_values(values.to_pylist()), headers)
+        return self._decode(Block.of_array(values), headers)
 
     def decode_lines(self, block: bytes) -> ColumnarBatch | None:
         """:meth:`decode` of the lines of ``block`` (a chunk of a file of messages, one per line, as the
         file reader splits it: no line break, blank lines skipped); ``message_index`` counts lines."""
         return self._decode(Block.of_lines(block))
 
-    def _decode(self, block: Block | None) -> ColumnarBatch | None:
+    def _decode(self, block: Block | None, headers: Sequence[Headers] | None = None) -> ColumnarBatch | None:
         if block is None or not block.is_strict_json():
             return None
         if len(block.positions) == 0:
@@ -138,33 +201,77 @@ class ColumnarDecoder:
             return None
         if table.num_rows != len(block.positions):
             return None  # some value held more than one JSON document
-        return self._changelog(table.combine_chunks().to_batches()[0], block.positions)
+        if headers is not None:
+            headers = [headers[int(i)] for i in block.positions]
+        return self._changelog(table.combine_chunks().to_batches()[0], block.positions, headers)
 
-    def _changelog(self, parsed: pa.RecordBatch, positions: Positions) -> ColumnarBatch | None:
+    def _changelog(
+        self, parsed: pa.RecordBatch, positions: Positions, headers: Sequence[Headers] | None
+    ) -> ColumnarBatch | None:
         codes_array = pc.index_in(parsed.column(0), value_set=_OPS)
         if codes_array.null_count:
             return None  # a control event (t, m), an unknown or missing op
         codes = codes_array.to_numpy()
         before, after = parsed.column(1), parsed.column(2)
-        needs_before = codes >= _UPDATE
+        needs_before = codes == _DELETE if self.upsert else codes >= _UPDATE
         if not _valid_where(after, codes != _DELETE) or not _valid_where(before, needs_before):
             return None  # an image the operation needs is null (e.g. REPLICA IDENTITY DEFAULT)
-        message, kinds = _expand(codes)
+        message, kinds = _expand(codes, upsert=self.upsert)
         from_before = (kinds & 1).astype(np.int64)  # -U and -D are the odd kinds
         take = pa.array(message + len(codes) * from_before)  # the before images follow the after ones
+        has_before = _validity(before)
+        missing = np.zeros((len(codes), len(self.columns)), dtype=np.bool_)
         arrays = []
         for index, plan in enumerate(self.columns):
-            images = [_column(image, index, plan) for image in (after, before)]
+            checked = self._placeholder_checked[index]
+            images = [_column(image, index, plan, placeholders=checked) for image in (after, before)]
             if images[0] is None or images[1] is None:
                 return None
+            if checked:
+                filled = self._unsent(images[0], images[1], has_before, plan.name)
+                if filled is None:
+                    return None
+                images[0], images[1], missing[:, index] = filled
             arrays.append(pa.concat_arrays(images).take(take))
+        if self.metadata:
+            names = [plan.name for plan in self.columns]
+            unavailable = (
+                unavailable_lists(missing, names) if "unavailable-columns" in self.metadata else None
+            )
+            extra = metadata_columns(self.metadata, self._metadata_types, parsed, unavailable, headers)
+            if extra is None:
+                return None
+            at = pa.array(message)
+            arrays.extend(column.take(at) for column in extra)
         arrays.append(_KINDS.take(pa.array(kinds)))
         rows = pa.RecordBatch.from_arrays(arrays, schema=self._output)
         return ColumnarBatch(rows, pa.array(positions[message]), len(codes))
 
+    def _unsent(
+        self, after: pa.Array, before: pa.Array, has_before: npt.NDArray[np.bool_], name: str
+    ) -> tuple[pa.Array, pa.Array, npt.NDArray[np.bool_]] | None:
+        """A column's placeholders: NULL in the before image; in the after image the before image's
+        value where it has one, else NULL and listed as missing (None: a key column lacks its value)."""
+        unsent_after = _is_placeholder(after)
+        unsent_before = _is_placeholder(before)
+        if not (unsent_after.any() or unsent_before.any()):
+            return after, before, unsent_after
+        if name in self.key_columns:
+            return None  # the per-record path fails the record
+        from_before = unsent_after & has_before & ~unsent_before
+        before = pc.if_else(pa.array(unsent_before), pa.scalar(None, before.type), before)
+        after = pc.if_else(
+            pa.array(from_before),
+            before,
+            pc.if_else(pa.array(unsent_after), pa.scalar(None, after.type), after),
+        )
+        return after, before, unsent_after & ~from_before
 
-def _expand(codes: npt.NDArray[np.int8]) -> tuple[Positions, npt.NDArray[np.int8]]:
+
+def _expand(codes: npt.NDArray[np.int8], *, upsert: bool = False) -> tuple[Positions, npt.NDArray[np.int8]]:
     """For each changelog row: the message it comes from and its kind (an index in _KINDS)."""
+    if upsert:
+        return np.arange(len(codes)), _UPSERT_KIND[codes]
     rows_per_message = 1 + (codes == _UPDATE)
     message = np.repeat(np.arange(len(codes)), rows_per_message)
     kinds = np.repeat(_FIRST_KIND[codes], rows_per_message)
@@ -177,6 +284,39 @@ def _empty(schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in schema], schema=schema)
 
 
+def _validity(image: pa.Array) -> npt.NDArray[np.bool_]:
+    if image.null_count == 0:
+        return np.ones(len(image), dtype=np.bool_)
+    return image.is_valid().to_numpy(zero_copy_only=False)  # type: ignore[no-any-return]
+
+
+def _is_placeholder(values: pa.Array) -> npt.NDArray[np.bool_]:
+    found = pc.is_in(values, value_set=PLACEHOLDERS)
+    return pc.fill_null(found, False).to_numpy(zero_copy_only=False)  # type: ignore[no-any-return]
+
+
+def _rebuild(
+    columns: tuple[ColumnPlan, ...],
+    physical: pa.Schema,
+    row_kind_column: str,
+    keyed_state: bool,
+    upsert: bool,
+    metadata: tuple[str, ...],
+    reports: bool,
+    key_columns: tuple[str, ...],
+) -> ColumnarDecoder:
+    return ColumnarDecoder(
+        columns,
+        physical,
+        row_kind_column,
+        keyed_state,
+        upsert=upsert,
+        metadata=metadata,
+        reports=reports,
+        key_columns=key_columns,
+    )
+
+
 def _valid_where(image: pa.StructArray, needed: npt.NDArray[np.bool_]) -> bool:
     if image.null_count == 0:
         return True
@@ -184,8 +324,11 @@ def _valid_where(image: pa.StructArray, needed: npt.NDArray[np.bool_]) -> bool:
     return bool(np.all(valid | ~needed))
 
 
-def _column(image: pa.StructArray, index: int, plan: ColumnPlan) -> pa.Array | None:
-    """One column of every image (those the changelog does not use are checked too, as per record)."""
+def _column(
+    image: pa.StructArray, index: int, plan: ColumnPlan, *, placeholders: bool = False
+) -> pa.Array | None:
+    """One column of every image (those the changelog does not use are checked too, as per record);
+    ``placeholders``: a text column's placeholders are kept, for the caller to handle."""
     parsed = image.field(index)
     if (
         not plan.nullable
@@ -193,4 +336,4 @@ def _column(image: pa.StructArray, index: int, plan: ColumnPlan) -> pa.Array | N
         and pc.any(pc.and_(parsed.is_null(), image.is_valid())).as_py()
     ):
         return None  # a NULL in a NOT NULL column of an image that is there
-    return plan.convert(parsed)
+    return parsed if placeholders else plan.convert(parsed)

@@ -70,7 +70,7 @@ def _placeholder_texts() -> pa.Array:
     return pa.array(texts, pa.string())
 
 
-_PLACEHOLDERS = _placeholder_texts()
+PLACEHOLDERS = _placeholder_texts()
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ class ColumnPlan:
         if kind is TypeKind.BOOLEAN:
             return parsed
         if kind is TypeKind.STRING:
-            return None if pc.any(pc.is_in(parsed, value_set=_PLACEHOLDERS)).as_py() else parsed
+            return None if pc.any(pc.is_in(parsed, value_set=PLACEHOLDERS)).as_py() else parsed
         if kind in (TypeKind.FLOAT, TypeKind.DOUBLE):
             return _floats(parsed, single=kind is TypeKind.FLOAT)
         values, valid = _int64_values(parsed)
@@ -115,11 +115,13 @@ class ColumnPlan:
         return pa.array(micros, pa.int64(), mask=~valid).view(self.target)
 
 
-def plan_column(column: Field, arrow_field: pa.Field) -> ColumnPlan | None:
+def plan_column(column: Field, arrow_field: pa.Field, *, relaxed: bool = False) -> ColumnPlan | None:
     """The plan of a declared column whose Spark-side Arrow field is ``arrow_field``; None if the
-    columnar path does not read this type, or the Arrow field is not the one Spark expects for it."""
+    columnar path does not read this type, or the Arrow field is not the one Spark expects for it.
+    ``relaxed``: a NOT NULL column may be nullable in the output (an unsent value is NULL there)."""
     expected = _expected_arrow_type(column, arrow_field.type)
-    if expected is None or arrow_field.name != column.name or arrow_field.nullable != column.nullable:
+    nullable_ok = arrow_field.nullable == column.nullable or (relaxed and arrow_field.nullable)
+    if expected is None or arrow_field.name != column.name or not nullable_ok:
         return None
     if arrow_field.type != expected:
         return None

@@ -167,7 +167,8 @@ class BatchDecoder:
         if columnar and self._columnar is not None:
             # Keys, because a decoder that fills unchanged values keeps its state per Kafka key.
             keys = [m.key for m in block] if self._columnar.keyed_state else None
-            result = self._columnar.decode([m.value for m in block], keys)
+            headers = [m.headers for m in block] if self._columnar.reads_headers else None
+            result = self._columnar.decode([m.value for m in block], keys, headers)
             if result is not None:
                 self._count_columnar(result, messages=len(block))
                 return self._arrange(result.rows, result.message_index, block)

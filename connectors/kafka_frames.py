@@ -22,11 +22,12 @@ from pyspark.sql import DataFrame
 from pyspark.sql import types as st
 
 from cdcflow.connectors.accounting import range_name
+from cdcflow.connectors.columnar import ColumnarDecoder
 from cdcflow.connectors.decode_batches import BLOCK_SIZE, BatchDecoder
 from cdcflow.connectors.errors import ConnectorOptionError
 from cdcflow.connectors.read_plan import INFERENCE_SAMPLE, FrameInput, ReadPlan, plan_read
 from cdcflow.connectors.source_options import KAFKA_SOURCE_KEYS
-from cdcflow.formats.base import Message
+from cdcflow.formats.base import Headers, Message
 from cdcflow.formats.types import Schema
 
 KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
@@ -236,7 +237,7 @@ class _FrameDecoder(BatchDecoder):
     def _decode_records(self, block: pa.RecordBatch) -> pa.RecordBatch | None:
         columnar = self._columnar
         if columnar is not None and not (columnar.keyed_state and _has_keys(block)):
-            result = columnar.decode_array(block.column("value"))
+            result = columnar.decode_array(block.column("value"), headers=_headers(block, columnar))
             if result is not None:
                 self._count_columnar(result, messages=block.num_rows)
                 columns = self._data_columns(result.rows)
@@ -245,6 +246,16 @@ class _FrameDecoder(BatchDecoder):
                     columns[key] = _metadata(block, key).take(result.message_index).cast(arrow_type)
                 return pa.RecordBatch.from_arrays([columns[f.name] for f in self.target], schema=self.target)
         return self._decode_block(list(_messages(block)), columnar=False)
+
+
+def _headers(block: pa.RecordBatch, columnar: ColumnarDecoder) -> list[Headers] | None:
+    """The records' headers, when the decoder reads keys from them (Debezium's primary-key changes)."""
+    if not columnar.reads_headers or "headers" not in block.schema.names:
+        return None
+    return [
+        tuple((h["key"], h["value"]) for h in pairs) if pairs else ()
+        for pairs in block.column("headers").to_pylist()
+    ]
 
 
 def _has_keys(block: pa.RecordBatch) -> bool:

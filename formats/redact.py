@@ -19,6 +19,8 @@ PLACEHOLDER = "***"
 
 _SECRET_KEY = re.compile(
     r"password|secret|jaas|token|credential|private|keytab|keystore|\.pem|api[._-]?key|"
+    # object store keys (delta-rs's storage options): account, access (not its id), SAS, master keys
+    r"(?:account|access|sas|master)[._-]?key(?![._-]?id)|"
     r"(?:^|kafka\.)sasl\.oauthbearer\.|ssl[._-]key|user[._-]info",
     re.IGNORECASE,
 )

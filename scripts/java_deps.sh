@@ -15,6 +15,7 @@ DEBEZIUM_VERSION=${DEBEZIUM_VERSION:-3.6.3.Final}     # 3.7.x: debezium-build-pa
 SPARK_VERSION=${SPARK_VERSION:-4.2.0}                 # newest spark-sql-kafka on Central; no 4.3.0
 DELTA_VERSION=${DELTA_VERSION:-4.4.0}                 # built against Spark 4.2.0; 4.4.1 not on Central
 HADOOP_VERSION=${HADOOP_VERSION:-3.5.0}               # Spark 4.2.0's and 4.3.0's hadoop-client-*
+AWS_SDK_VERSION=${AWS_SDK_VERSION:-2.35.4}            # the SDK v2 hadoop-aws 3.5.0 is built with
 SCALA_BINARY=2.13
 # Kafka 4.x logs through slf4j 1.7 and ships log4j-core 2 but no binding between them in its POM.
 LOG4J_SLF4J=org.apache.logging.log4j:log4j-slf4j-impl:2.25.4
@@ -116,8 +117,13 @@ component() {
     delta)
       FILTER=drop_spark_provided fetch delta "" "io.delta:delta-spark_$SCALA_BINARY:$DELTA_VERSION" ;;
     hadoop-aws)
-      # hadoop-aws needs the AWS SDK v2 "bundle" jar (~655 MB); Spark has hadoop-client-api/runtime.
-      fetch hadoop-aws "org.apache.hadoop,org.slf4j" "org.apache.hadoop:hadoop-aws:$HADOOP_VERSION" ;;
+      # S3A (s3a:// paths, e.g. a streaming checkpoint on S3). hadoop-aws's POM names the AWS SDK v2
+      # "bundle" jar (~655 MB, every AWS service): it is excluded and the SDK modules S3A loads are
+      # named instead (~25 MB). Spark has hadoop-client-api/runtime (hadoop-common is `provided`).
+      FILTER=drop_spark_provided fetch hadoop-aws "" \
+        "org.apache.hadoop:hadoop-aws:$HADOOP_VERSION:software.amazon.awssdk/bundle" \
+        "software.amazon.awssdk:s3:$AWS_SDK_VERSION" "software.amazon.awssdk:s3-transfer-manager:$AWS_SDK_VERSION" \
+        "software.amazon.awssdk:sts:$AWS_SDK_VERSION" ;;
     *) echo "java_deps: unknown component '$1'" >&2; exit 2 ;;
   esac
 }

@@ -13,11 +13,12 @@ step "python environment (scripts/bootstrap.sh)"
 bash scripts/bootstrap.sh
 took
 
-# Kafka broker and Connect, Debezium's PostgreSQL plugin, Spark's Kafka source and Delta: from Maven
-# Central into ${CDCFLOW_JAVA_CACHE:-~/.cache/cdcflow-java} (hadoop-aws is not needed by the tests).
+# Kafka broker and Connect, Debezium's PostgreSQL plugin, Spark's Kafka source, Delta, and S3A
+# (hadoop-aws with the AWS SDK modules it loads, 13 MB: Spark's checkpoint on the S3 tests' server):
+# from Maven Central into ${CDCFLOW_JAVA_CACHE:-~/.cache/cdcflow-java}.
 step "JVM components (scripts/java_deps.sh)"
 java_log=$(mktemp)
-if ! bash scripts/java_deps.sh kafka connect debezium spark-kafka delta >/dev/null 2>"$java_log"; then
+if ! bash scripts/java_deps.sh kafka connect debezium spark-kafka delta hadoop-aws >/dev/null 2>"$java_log"; then
   cat "$java_log" >&2
   rm -f "$java_log"
   exit 1

@@ -7,7 +7,6 @@ transaction, which is how a replayed batch is recognised.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 import pyarrow as pa
@@ -16,13 +15,19 @@ import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable, Transaction
 
 from cdcflow.connectors.lakehouse.delta_schema import conform
+from cdcflow.connectors.lakehouse.storage import LOCAL, S3, Storage, is_remote, scheme
 
 OP = "_cdcflow_op"
 """The merge source's action column: U (insert or update) or D (delete)."""
+PRUNING_LIST = 1000
+"""Keys up to which a read by key prunes files by the list of keys, beyond it by their range."""
 
 
-def open_table(path: str) -> DeltaTable | None:
-    return DeltaTable(path) if DeltaTable.is_deltatable(path) else None
+def open_table(path: str, storage: Storage = LOCAL) -> DeltaTable | None:
+    options = storage.table_options()
+    if not DeltaTable.is_deltatable(path, storage_options=options):
+        return None
+    return DeltaTable(path, storage_options=options)
 
 
 def applied_version(table: DeltaTable | None, app_id: str) -> int:
@@ -91,39 +96,50 @@ def _update_value(column: str, identity: Sequence[str], unavailable: str | None)
     )
 
 
-def table_before(path: str, table: DeltaTable, app_id: str, batch_id: int) -> DeltaTable | None:
+def table_before(
+    path: str, table: DeltaTable, app_id: str, batch_id: int, storage: Storage = LOCAL
+) -> DeltaTable | None:
     """``table`` as it was before the commit that recorded ``batch_id`` (None: before it existed).
 
     Reads of a replayed batch whose target commit already landed must see what the first run saw.
     """
+    options = storage.table_options()
     low, high = 0, int(table.version())
     while low < high:  # the first version whose application transaction has reached batch_id
         middle = (low + high) // 2
-        if applied_version(DeltaTable(path, version=middle), app_id) >= batch_id:
+        if applied_version(DeltaTable(path, version=middle, storage_options=options), app_id) >= batch_id:
             high = middle
         else:
             low = middle + 1
-    return DeltaTable(path, version=low - 1) if low > 0 else None
+    return DeltaTable(path, version=low - 1, storage_options=options) if low > 0 else None
 
 
-def local_filesystem(path: str) -> pafs.FileSystem | None:
-    """pyarrow's own filesystem rooted at a local table, for ``DeltaTable.to_pyarrow_dataset``.
+def table_filesystem(path: str, storage: Storage = LOCAL) -> pafs.FileSystem | None:
+    """pyarrow's own filesystem rooted at a table, for ``DeltaTable.to_pyarrow_dataset``: local, or S3.
 
     Reading through delta-rs's Python filesystem leaves Arrow threads that abort the interpreter at
-    exit ("terminate called without an active exception", delta-rs#2184). None for remote tables.
+    exit ("terminate called without an active exception", delta-rs#2184). None (delta-rs's) for the
+    other object stores.
     """
-    if "://" in path and not path.startswith("file://"):
+    if is_remote(path) and scheme(path) not in S3:
         return None
-    return pafs.SubTreeFileSystem(os.path.abspath(path.removeprefix("file://")), pafs.LocalFileSystem())
+    filesystem, root = storage.filesystem(path)
+    return pafs.SubTreeFileSystem(root, filesystem)
 
 
-def read_table(path: str) -> pa.Table:
-    """The current rows of the Delta table at ``path``, read through :func:`local_filesystem`."""
-    return DeltaTable(path).to_pyarrow_dataset(filesystem=local_filesystem(path)).to_table()
+def read_table(path: str, storage: Storage = LOCAL) -> pa.Table:
+    """The current rows of the Delta table at ``path``, read through :func:`table_filesystem`."""
+    table = DeltaTable(path, storage_options=storage.table_options())
+    return table.to_pyarrow_dataset(filesystem=table_filesystem(path, storage)).to_table()
 
 
 def rows_of_keys(
-    table: DeltaTable, path: str, key: Sequence[str], keys: pa.Table, columns: Sequence[str] | None = None
+    table: DeltaTable,
+    path: str,
+    key: Sequence[str],
+    keys: pa.Table,
+    columns: Sequence[str] | None = None,
+    storage: Storage = LOCAL,
 ) -> pa.Table:
     """The rows of ``table`` whose ``key`` columns equal one of the rows of ``keys`` (``columns`` of them).
 
@@ -136,12 +152,16 @@ def rows_of_keys(
     for column in key:
         kind = schema.field(column).type
         values = pc.unique(keys.column(column)).cast(kind)
-        if pa.types.is_integer(kind) or pa.types.is_string(kind):
-            pruning.append((column, "in", values.to_pylist()))
+        if (pa.types.is_integer(kind) or pa.types.is_string(kind)) and len(values):
+            if len(values) <= PRUNING_LIST:
+                pruning.append((column, "in", values.to_pylist()))
+            else:  # delta-rs checks a long list against each file slowly: its range prunes as well
+                low, high = pc.min_max(values).values()
+                pruning += [(column, ">=", low.as_py()), (column, "<=", high.as_py())]
         clause = pc.field(column).cast(kind).isin(values)
         condition = clause if condition is None else condition & clause
     dataset = table.to_pyarrow_dataset(
-        file_pruning_predicate=pruning or None, filesystem=local_filesystem(path)
+        file_pruning_predicate=pruning or None, filesystem=table_filesystem(path, storage)
     )
     projection = None if columns is None else [*key, *(c for c in columns if c not in key)]
     rows = dataset.to_table(filter=condition, columns=projection)

@@ -69,9 +69,11 @@ def table_schema(table: DeltaTable) -> pa.Schema:
     return pa.schema(table.schema().to_arrow())
 
 
-def create_table(path: str, schema: pa.Schema, key: Sequence[str]) -> DeltaTable:
+def create_table(
+    path: str, schema: pa.Schema, key: Sequence[str], storage_options: dict[str, str] | None = None
+) -> DeltaTable:
     fields = [pa.field(f.name, f.type, f.nullable and f.name not in key) for f in schema]
-    table = DeltaTable.create(path, schema=pa.schema(fields), mode="ignore")
+    table = DeltaTable.create(path, schema=pa.schema(fields), mode="ignore", storage_options=storage_options)
     _list_not_null(table)
     return table
 

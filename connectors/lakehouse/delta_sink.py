@@ -12,7 +12,6 @@ An explicit ``app_id`` is recorded in the checkpoint and must stay with it (:mod
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,10 +19,12 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from cdcflow.connectors.errors import ConnectorOptionError
-from cdcflow.connectors.lakehouse import app_identity
+from cdcflow.connectors.lakehouse import app_identity, upsert_stream
 from cdcflow.connectors.lakehouse.apply import ApplyOptions, BatchApplied, DeltaChangeApplier, Materialize
 from cdcflow.connectors.lakehouse.control import OnTruncate
-from cdcflow.connectors.lakehouse.table_io import BACKENDS, DELTA_RS, TableBackend
+from cdcflow.connectors.lakehouse.storage import LOCAL, Storage, is_remote, join
+from cdcflow.connectors.lakehouse.table_io import BACKENDS, DeltaRsBackend, TableBackend
+from cdcflow.formats.redact import redact
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -32,16 +33,19 @@ if TYPE_CHECKING:
 STATE_DIR = "cdcflow-key-state"
 
 
-def checkpoint_query_id(checkpoint: str) -> str:
+def checkpoint_query_id(checkpoint: str, storage: Storage = LOCAL) -> str:
     """The id Spark keeps in ``<checkpoint>/metadata``: stable across restarts from the checkpoint."""
-    path = os.path.join(checkpoint.removeprefix("file://"), "metadata")
+    path = join(checkpoint, "metadata")
     try:
-        with open(path, encoding="utf-8") as handle:
-            return str(json.loads(handle.readline())["id"])
-    except (OSError, ValueError, KeyError) as error:
+        text = storage.read_text(path)
+        if text is None:
+            raise FileNotFoundError("no such file")
+        return str(json.loads(text.splitlines()[0])["id"])
+    except (OSError, ValueError, KeyError, IndexError) as error:
         raise ConnectorOptionError(
-            f"cannot read the streaming query id from {path} ({error}); the Delta sink needs a local or "
-            "mounted checkpointLocation (it also records an explicit app_id there)"
+            f"cannot read the streaming query id from {redact(path)} ({storage.reason(error)}); the Delta "
+            "sink reads it from the checkpointLocation Spark writes (and records an explicit app_id there): "
+            "check that the checkpoint is reachable with the storage options given"
         ) from None
 
 
@@ -92,23 +96,37 @@ class DeltaSink:
         app_id: str | None = None,
         on_batch: Callable[[BatchApplied], None] | None = None,
         backend: str = "delta-rs",
+        run_replays: bool = False,
+        storage_options: Mapping[str, str] | None = None,
     ) -> None:
+        """``run_replays``: execute a replayed batch's plan although the table has it (a stateful query,
+        e.g. an aggregation, fails in Spark 4.2 when a batch leaves its state store partitions
+        uncommitted: STATE_STORE_COMMIT_VALIDATION_FAILED). ``storage_options``: delta-rs's options
+        for a target or checkpoint on an object store (:mod:`.storage`)."""
         if backend not in BACKENDS:
             raise ConnectorOptionError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
         self.backend = backend
-        self._tables: TableBackend | None = DELTA_RS if backend == "delta-rs" else None
+        self.storage = Storage(dict(storage_options or {}))
+        self._tables: TableBackend | None = DeltaRsBackend(self.storage) if backend == "delta-rs" else None
         self.target = target
         self.options = options
         self.checkpoint = checkpoint
         self.app_id = app_id
         self.progress = SinkProgress()
         self.on_batch = on_batch
+        self.run_replays = run_replays
         self._applier: DeltaChangeApplier | None = None
 
     def check_identity(self) -> None:
-        """Before the query starts: refuse an app id that does not belong to the checkpoint (see
+        """Before the query starts: refuse a target or checkpoint this sink cannot reach (see
+        :mod:`.storage`), and an app id that does not belong to the checkpoint (see
         :mod:`.app_identity`). A new checkpoint without ``app_id`` is a new query: nothing to check."""
-        if self.app_id is None and not os.path.exists(os.path.join(self._checkpoint_dir(), "metadata")):
+        self.storage.check(self.target, "the target")
+        self.storage.check(self.checkpoint, "the checkpoint")
+        if self.backend == "delta-rs":
+            self.storage.reachable(self.target, "the target")
+        self.storage.reachable(self.checkpoint, "the checkpoint")
+        if self.app_id is None and not self.storage.exists(join(self.checkpoint, "metadata")):
             return
         app_identity.claim(
             self.checkpoint,
@@ -117,11 +135,18 @@ class DeltaSink:
             self._state_path(),
             record=False,
             chosen=self.app_id is not None,
+            storage=self.storage,
         )
 
     def bind(self, spark: SparkSession) -> None:
         """Before the query starts: set up the back end in ``spark`` (fails with the fix when the
-        Spark back end's Delta jars or session extension are missing)."""
+        Spark back end's Delta jars or session extension are missing, or Spark has no file system for
+        the checkpoint's store)."""
+        from cdcflow.connectors.lakehouse.spark_storage import require_filesystem
+
+        require_filesystem(spark, self.checkpoint, "the checkpoint")
+        if self.backend == "spark" and is_remote(self.target):
+            require_filesystem(spark, self.target, "the target (--backend spark writes it with Spark)")
         if self._tables is None:
             from cdcflow.connectors.lakehouse.spark_delta import SparkDeltaBackend
 
@@ -135,25 +160,30 @@ class DeltaSink:
         if self._applier is None:
             app_id, state = self._app_id(), self._state_path()
             app_identity.claim(
-                self.checkpoint, app_id, self.target, state, record=True, chosen=self.app_id is not None
+                self.checkpoint,
+                app_id,
+                self.target,
+                state,
+                record=True,
+                chosen=self.app_id is not None,
+                storage=self.storage,
             )
             self._applier = DeltaChangeApplier(
                 self.target, self.options, app_id=app_id, state_path=state, backend=self._tables
             )
         return self._applier
 
-    def _checkpoint_dir(self) -> str:
-        return app_identity.local_checkpoint(self.checkpoint)
-
     def _app_id(self) -> str:
-        return self.app_id or f"cdcflow-{checkpoint_query_id(self.checkpoint)}"
+        return self.app_id or f"cdcflow-{checkpoint_query_id(self.checkpoint, self.storage)}"
 
     def _state_path(self) -> str | None:
-        return os.path.join(self._checkpoint_dir(), STATE_DIR) if self.options.stateful else None
+        return join(self.checkpoint, STATE_DIR) if self.options.stateful else None
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         applier = self.applier(batch.sparkSession if self._tables is None else None)
         applied = applier.apply(batch.toArrow(), batch_id) if not applier.done(batch_id) else None
+        if applied is None and self.run_replays:
+            batch.write.format("noop").mode("overwrite").save()
         result = applied or BatchApplied(batch_id, skipped=True)
         self.progress.add(result)
         if self.on_batch is not None:
@@ -204,6 +234,8 @@ def apply_changes(
     trigger: Mapping[str, Any] | None = None,
     app_id: str | None = None,
     backend: str = "delta-rs",
+    output_mode: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
     **options: object,
 ) -> StreamingQuery:
     """Start a streaming query applying ``changelog`` (with a row-kind column) to a Delta table.
@@ -211,22 +243,34 @@ def apply_changes(
     ``options`` are :func:`apply_options`' keywords (sequence_by, materialize, upsert_key, ...);
     ``trigger`` is ``writeStream.trigger``'s keywords, e.g. ``{"availableNow": True}``; ``backend``
     is who merges: ``delta-rs`` (in the driver) or ``spark`` (Delta Lake's jars, on the executors).
+    ``storage_options`` are delta-rs's, for a target or checkpoint on S3, ADLS or GCS (e.g.
+    ``{"AWS_REGION": "eu-west-1"}``; the environment's ``AWS_*`` variables count too); Spark writes the
+    checkpoint with the session's own file system settings (``spark.hadoop.fs.s3a.*``).
+
+    A DataFrame without the row-kind column (or with ``row_kind_column=None``), such as a streaming
+    aggregation, is applied as upserts keyed by ``key`` (:mod:`.upsert_stream`), in ``update``
+    ``output_mode`` unless given (``append`` otherwise).
     """
     if not changelog.isStreaming:
         raise ConnectorOptionError(
             "apply_changes needs a streaming DataFrame; apply a batch DataFrame with "
             "DeltaChangeApplier(target, apply_options(...), app_id=...).apply(df.toArrow(), batch_id)"
         )
+    stream = upsert_stream.to_apply(changelog, key, options)
+    mode = upsert_stream.output_mode(output_mode, stream.upserts)
     sink = DeltaSink(
         target,
-        apply_options(key, **options),  # type: ignore[arg-type]
+        apply_options(stream.key, **stream.options),  # type: ignore[arg-type]
         checkpoint,
         app_id,
         backend=backend,
+        run_replays=True,
+        storage_options=storage_options,
     )
     sink.check_identity()
     sink.bind(changelog.sparkSession)
-    writer = changelog.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint)
+    writer = stream.frame.writeStream.outputMode(mode).foreachBatch(sink)
+    writer = writer.option("checkpointLocation", checkpoint)
     if trigger:
         writer = writer.trigger(**trigger)
     return writer.start()

@@ -8,7 +8,6 @@ unless ``sequence_by`` names another column or ``none``.
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -16,12 +15,11 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
-from deltalake import DeltaTable
-
 from cdcflow.connectors.accounting import CountsSince, MessageCounts
 from cdcflow.connectors.errors import ConnectorOptionError, schema_change
 from cdcflow.connectors.lakehouse.apply import BatchApplied, Materialize
 from cdcflow.connectors.lakehouse.control import OnTruncate
+from cdcflow.connectors.lakehouse.delta_io import open_table
 from cdcflow.connectors.lakehouse.delta_sink import DeltaSink, SinkProgress, apply_options
 from cdcflow.connectors.lakehouse.ingest_defaults import (
     SourceLinks,
@@ -31,6 +29,7 @@ from cdcflow.connectors.lakehouse.ingest_defaults import (
     metadata_of,
     source_links,
 )
+from cdcflow.connectors.lakehouse.storage import Storage, is_remote, join
 from cdcflow.connectors.lakehouse.table_io import BACKENDS
 from cdcflow.formats.redact import redacted_repr
 from cdcflow.formats.types import parse_ddl
@@ -88,6 +87,10 @@ class IngestConfig:
     """Who merges: delta-rs in the driver, or Spark with Delta Lake's jars (see :mod:`.spark_delta`)."""
     delta_jars: str | None = None
     """``backend='spark'`` in a local session: delta-spark's jars or folders (default $CDCFLOW_DELTA_JARS)."""
+    storage_options: Mapping[str, str] = field(default_factory=dict)
+    """delta-rs's storage options for a target or checkpoint on S3, ADLS or GCS (see :mod:`.storage`)."""
+    jars: str | None = None
+    """Jars or folders a local session loads, e.g. hadoop-aws for an S3 checkpoint (default $CDCFLOW_JARS)."""
 
     def __repr__(self) -> str:
         return redacted_repr(self)
@@ -109,6 +112,7 @@ class IngestConfig:
             raise ConnectorOptionError(
                 f"--backend must be one of {', '.join(BACKENDS)}, not {self.backend!r}"
             )
+        Storage(dict(self.storage_options))  # malformed or repeated storage options fail here
 
     @property
     def source(self) -> str:
@@ -147,12 +151,12 @@ class IngestConfig:
 
     def accounting_path(self) -> str | None:
         """Where the source's per-range message counts go: the checkpoint's ``cdcflow-accounting``
-        (None for a checkpoint that is not a local or mounted directory)."""
+        (None for a checkpoint on an object store: each task writes its counts with local file I/O;
+        ``--option accountingPath=`` a shared mounted directory keeps them)."""
         given = given_key(self.options, "accountingPath")
         if given is not None:
             return self.options[given].removeprefix("file://")
-        checkpoint = self.checkpoint.removeprefix("file://")
-        return None if "://" in checkpoint else os.path.join(checkpoint, ACCOUNTING_DIRECTORY)
+        return None if is_remote(self.checkpoint) else join(self.checkpoint, ACCOUNTING_DIRECTORY)
 
     def links(self) -> SourceLinks:
         """The columns of the source the applier reads (unavailable columns, keys, control events)."""
@@ -226,7 +230,15 @@ def ingest(
         on_truncate=config.on_truncate,
         **links.apply,
     )
-    sink = DeltaSink(config.target, options, config.checkpoint, config.app_id, on_batch, config.backend)
+    sink = DeltaSink(
+        config.target,
+        options,
+        config.checkpoint,
+        config.app_id,
+        on_batch,
+        config.backend,
+        storage_options=config.storage_options,
+    )
     sink.check_identity()
     if spark is None:
         from pyspark.sql import SparkSession
@@ -237,8 +249,7 @@ def ingest(
     session = spark or local_session("cdcflow-ingest", _session_config(config))
     started = time.monotonic()
     accounting = config.accounting_path()
-    checkpoint = config.checkpoint.removeprefix("file://")
-    local = checkpoint if "://" not in checkpoint else None
+    local = None if is_remote(config.checkpoint) else config.checkpoint.removeprefix("file://")
     counts = CountsSince(accounting, local) if accounting is not None else None
     try:
         sink.bind(session)
@@ -246,7 +257,7 @@ def ingest(
     finally:
         if own_session:
             session.stop()
-    table = DeltaTable(config.target) if DeltaTable.is_deltatable(config.target) else None
+    table = open_table(config.target, sink.storage)
     return IngestSummary(
         batches=sink.progress.batches,
         progress=sink.progress,
@@ -259,13 +270,21 @@ def ingest(
 
 
 def _session_config(config: IngestConfig) -> dict[str, str]:
-    """Settings for the local session this job starts: Delta's jars under ``backend='spark'``."""
-    if config.backend != "spark":
-        return {}
-    from cdcflow.connectors.lakehouse.spark_delta import delta_jars, session_config
+    """Settings for the local session this job starts: Delta's jars under ``backend='spark'``, the
+    ``jars`` (hadoop-aws, ...), and S3A's settings for a checkpoint (or Spark-written target) on S3."""
+    from cdcflow.connectors.lakehouse.spark_storage import extra_jars, hadoop_settings
 
-    jars = delta_jars(config.delta_jars)
-    return session_config(jars) if jars else {}
+    settings = hadoop_settings(Storage(dict(config.storage_options)), [config.checkpoint, config.target])
+    jars = extra_jars(config.jars)
+    if config.backend == "spark":
+        from cdcflow.connectors.lakehouse.spark_delta import delta_jars, session_config
+
+        delta = delta_jars(config.delta_jars)
+        if delta:
+            return {**settings, **session_config([*delta, *jars])}
+    if jars:
+        settings["spark.jars"] = ",".join(jars)
+    return settings
 
 
 def origin_columns(config: IngestConfig) -> tuple[str, ...]:

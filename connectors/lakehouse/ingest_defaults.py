@@ -2,10 +2,13 @@
 
 - Bounded micro-batches: at most ``DEFAULT_MAX_OFFSETS_PER_TRIGGER`` Kafka records or about
   ``DEFAULT_MAX_BYTES_PER_TRIGGER`` bytes of recorded files per micro-batch, unless the user sets a limit
-  (0 = none), since each batch is collected on the driver.
+  (0 = none), since each batch is collected on the driver; each in input partitions of at most
+  ``DEFAULT_RECORDS_PER_PARTITION`` records, so that every core decodes.
 - Control events as rows (``controlEvents=emit``): the applier applies a TRUNCATE exactly once and
   counts the others.
-- Debezium: ``unavailable-values=REPORT`` with metadata ``unavailable-columns``, ``old-key`` and
+- Debezium: ``changelog-mode=upsert`` (an update is its +U row: the merge needs no -U, and tables
+  with PostgreSQL's REPLICA IDENTITY DEFAULT, whose updates have no before image, need no option);
+  ``unavailable-values=REPORT`` with metadata ``unavailable-columns``, ``old-key`` and
   ``new-key``, so that the Delta merge keeps the target's value of every column Debezium did not
   send (durable, unlike a decoder's memory), also across primary-key changes.
 """
@@ -21,6 +24,8 @@ from cdcflow.connectors.source_options import CONTROL_COLUMN
 
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 100_000
 DEFAULT_MAX_BYTES_PER_TRIGGER = 64 << 20
+#: Input partitions of about 20 MB of file (or 50k Kafka records): a batch is decoded on every core.
+DEFAULT_RECORDS_PER_PARTITION = 50_000
 #: Debezium metadata the applier reads: (metadata key, its column, the ApplyOptions field naming it).
 DEBEZIUM_LINKS = (
     ("unavailable-columns", "unavailable_columns", "unavailable_column"),
@@ -86,12 +91,16 @@ def add_source_defaults(
     if given is None:
         default = DEFAULT_MAX_OFFSETS_PER_TRIGGER if kafka else DEFAULT_MAX_BYTES_PER_TRIGGER
         options[name] = flag if flag is not None else str(default)
+    if given_key(options, "maxRecordsPerPartition") is None:
+        options["maxRecordsPerPartition"] = str(DEFAULT_RECORDS_PER_PARTITION)
     if given_key(options, "controlEvents") is None:
         options["controlEvents"] = "emit"
     if not format_name.startswith("debezium"):
         return
     if given_key(options, "unavailable-values", f"{format_name}.unavailable-values") is None:
         options["unavailable-values"] = "REPORT"
+    if given_key(options, "changelog-mode", f"{format_name}.changelog-mode") is None:
+        options["changelog-mode"] = "upsert"
     add_metadata(options, *(key for key, _, _ in DEBEZIUM_LINKS))
 
 

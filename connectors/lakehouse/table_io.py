@@ -12,7 +12,7 @@ running on Spark's executors). Both write the same tables; either continues the 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol
 
@@ -22,6 +22,7 @@ from deltalake import DeltaTable
 
 from cdcflow.connectors.lakehouse import delta_io
 from cdcflow.connectors.lakehouse.delta_schema import create_table, table_schema
+from cdcflow.connectors.lakehouse.storage import LOCAL, Storage
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,7 @@ class RsTable:
 
     path: str
     table: DeltaTable
+    storage: Storage = field(default=LOCAL, repr=False)
 
     def version(self) -> int:
         return int(self.table.version())
@@ -125,8 +127,8 @@ class RsTable:
         return delta_io.applied_version(self.table, app_id)
 
     def before(self, app_id: str, batch_id: int) -> RsTable | None:
-        table = delta_io.table_before(self.path, self.table, app_id, batch_id)
-        return RsTable(self.path, table) if table is not None else None
+        table = delta_io.table_before(self.path, self.table, app_id, batch_id, self.storage)
+        return RsTable(self.path, table, self.storage) if table is not None else None
 
     def schema(self) -> pa.Schema:
         return table_schema(self.table)
@@ -140,7 +142,7 @@ class RsTable:
     def rows_of_keys(
         self, key: Sequence[str], keys: pa.Table, columns: Sequence[str] | None = None
     ) -> pa.Table:
-        return delta_io.rows_of_keys(self.table, self.path, key, keys, columns)
+        return delta_io.rows_of_keys(self.table, self.path, key, keys, columns, self.storage)
 
     def rows_where(self, equal: Mapping[str, int], null: Sequence[str]) -> pa.Table:
         condition = None
@@ -150,7 +152,7 @@ class RsTable:
         for column in null:
             clause = pc.field(column).is_null()
             condition = clause if condition is None else condition & clause
-        dataset = self.table.to_pyarrow_dataset(filesystem=delta_io.local_filesystem(self.path))
+        dataset = self.table.to_pyarrow_dataset(filesystem=delta_io.table_filesystem(self.path, self.storage))
         return dataset.to_table(filter=condition)
 
     def merge(
@@ -196,16 +198,19 @@ def _datafusion(clauses: Sequence[Clause]) -> str | None:
 
 
 class DeltaRsBackend:
-    """delta-rs in the driver: no JVM needed (the default)."""
+    """delta-rs in the driver: no JVM needed (the default). ``storage`` reaches object stores."""
 
     name = "delta-rs"
 
+    def __init__(self, storage: Storage = LOCAL) -> None:
+        self.storage = storage
+
     def open(self, path: str) -> RsTable | None:
-        table = delta_io.open_table(path)
-        return RsTable(path, table) if table is not None else None
+        table = delta_io.open_table(path, self.storage)
+        return RsTable(path, table, self.storage) if table is not None else None
 
     def create(self, path: str, schema: pa.Schema, key: Sequence[str]) -> RsTable:
-        return RsTable(path, create_table(path, schema, key))
+        return RsTable(path, create_table(path, schema, key, self.storage.table_options()), self.storage)
 
 
 DELTA_RS = DeltaRsBackend()

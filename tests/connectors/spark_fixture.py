@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
-from java_cache import jars
+from java_cache import component, jars
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -19,7 +19,10 @@ def spark_stack_config() -> dict[str, str]:
     config = {"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"}
     stack = jars("spark-kafka", "delta")
     if stack:
-        config["spark.jars"] = ",".join(stack)
+        # S3A for a checkpoint on the S3 tests' server, when scripts/java_deps.sh hadoop-aws ran
+        hadoop_aws = component("hadoop-aws", fetch=False)
+        s3a = sorted(str(jar) for jar in hadoop_aws.glob("*.jar")) if hadoop_aws is not None else []
+        config["spark.jars"] = ",".join([*stack, *s3a])
         config["spark.sql.extensions"] = "io.delta.sql.DeltaSparkSessionExtension"
         config["spark.sql.catalog.spark_catalog"] = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
         config["spark.databricks.delta.snapshotPartitions"] = "2"

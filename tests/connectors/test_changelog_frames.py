@@ -8,20 +8,20 @@ micro-batches against the engine run with a clock that moves the same way.
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from changelog_streams import JsonStream, rows_of
 from pyspark.errors import PythonException, SparkRuntimeException, StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as st
 
 from cdcflow.connectors.changelog_frames import from_changelog, to_changelog
-from cdcflow.connectors.errors import ConnectorError, SparkSetupError
+from cdcflow.connectors.errors import SparkSetupError
 from cdcflow.connectors.session import PROVIDER_KEY
 from cdcflow.core import (
     Change,
@@ -47,7 +47,6 @@ ENVELOPE = f"op string, before {IMAGE}, after {IMAGE}, ts_ms long, seq long"
 FLAT = "op string, id int, name string, seq long"
 CHANGELOG = "_row_kind string, id int, name string, ts_ms long, seq long"
 HOUR = timedelta(hours=1)
-QUERY_TIMEOUT_SECONDS = 180
 
 
 # --- the engine's side ----------------------------------------------------------------------------
@@ -92,10 +91,6 @@ class SteppedClock:
 # --- the Spark side -------------------------------------------------------------------------------
 
 
-def rows_of(df: DataFrame) -> list[Record]:
-    return [row.asDict(recursive=True) for row in df.collect()]
-
-
 def shaped(records: Sequence[Record], schema: st.StructType) -> list[Record]:
     """Engine rows with every column of ``schema``: a column the engine leaves out is NULL in Spark."""
     return [_shape(record, schema) for record in records]
@@ -125,56 +120,6 @@ def row_id(record: Record) -> Any:
 def envelope_id(record: Record) -> Any:
     image = record.get("after") or record.get("before")
     return image["id"] if image else record.get("id")
-
-
-class JsonStream:
-    """A directory of JSON files read as a stream; each :meth:`run` is a query start from the checkpoint.
-
-    Every run takes what arrived since the last one (``availableNow``) and returns what it wrote.
-    """
-
-    def __init__(self, spark: SparkSession, root: Path, schema: str) -> None:
-        self.spark = spark
-        self.input = root / "input"
-        self.checkpoint = root / "checkpoint"
-        self.input.mkdir(parents=True)
-        self.schema = schema
-        self.files = 0
-
-    def append(self, records: Sequence[Record]) -> None:
-        self.files += 1
-        text = "".join(json.dumps(record) + "\n" for record in records)
-        (self.input / f"part-{self.files:04d}.json").write_text(text)
-
-    def run(self, transform: Callable[[DataFrame], DataFrame]) -> list[Record]:
-        written: list[Record] = []
-
-        def collect(batch: DataFrame, _batch_id: int) -> None:
-            written.extend(rows_of(batch))
-
-        source = self.spark.readStream.schema(self.schema).json(str(self.input))
-        query = (
-            transform(source)
-            .writeStream.foreachBatch(collect)
-            .option("checkpointLocation", str(self.checkpoint))
-            .trigger(availableNow=True)
-            .start()
-        )
-        if not query.awaitTermination(QUERY_TIMEOUT_SECONDS):
-            query.stop()
-            pytest.fail(f"the availableNow query did not finish in {QUERY_TIMEOUT_SECONDS} s")
-        return written
-
-
-@pytest.fixture
-def no_idle_batches(spark: SparkSession) -> Iterator[None]:
-    """With state TTL the operator runs in processing time; availableNow then needs no idle batches."""
-    key = "spark.sql.streaming.noDataMicroBatches.enabled"
-    previous = spark.conf.get(key)
-    assert previous is not None
-    spark.conf.set(key, "false")
-    yield
-    spark.conf.set(key, previous)
 
 
 # --- stateless conversions: column expressions ----------------------------------------------------
@@ -360,8 +305,8 @@ def test_parameters_and_columns_fail_before_any_row_flows(spark: SparkSession) -
         from_changelog(envelopes, after="after", partition_by="key", state_ttl=HOUR)
     with pytest.raises(ChangelogValidationError, match="row_kind_column 'name'"):
         from_changelog(envelopes, after="after", row_kind_column="name")
-    with pytest.raises(ConnectorError, match="order_by=...\\) is not supported on DataFrames yet"):
-        from_changelog(envelopes, after="after", order_by="ts_ms")
+    with pytest.raises(ChangelogValidationError, match="order_by names \\['event_time'\\]"):
+        from_changelog(envelopes, after="after", order_by="event_time")
     changelog = spark.createDataFrame(RETRACT_CHANGELOG, CHANGELOG)
     with pytest.raises(ChangelogValidationError, match="already has a column 'name'.*op='...'"):
         to_changelog(changelog, op="name")
@@ -458,9 +403,7 @@ STREAM_UPSERTS_2: list[Record] = [
 ]
 
 
-def test_stream_upserts_to_retract_with_ttl_survive_a_restart(
-    spark: SparkSession, tmp_path: Path, no_idle_batches: None
-) -> None:
+def test_stream_upserts_to_retract_with_ttl_survive_a_restart(spark: SparkSession, tmp_path: Path) -> None:
     params: dict[str, Any] = {"partition_by": "id", "state_ttl": HOUR, "op_mapping": UPSERT_TO_RETRACT}
     stream = JsonStream(spark, tmp_path, FLAT)
 
@@ -508,7 +451,7 @@ STREAM_CHANGES_2: list[Record] = [
 
 
 def test_stream_combines_update_before_and_after_across_a_restart(
-    spark: SparkSession, tmp_path: Path, no_idle_batches: None
+    spark: SparkSession, tmp_path: Path
 ) -> None:
     params: dict[str, Any] = {
         "before": "before",
@@ -552,9 +495,7 @@ TTL_SECONDS = 1.0
 PAUSE_SECONDS = 2.0
 
 
-def test_from_changelog_state_expires_between_micro_batches(
-    spark: SparkSession, tmp_path: Path, no_idle_batches: None
-) -> None:
+def test_from_changelog_state_expires_between_micro_batches(spark: SparkSession, tmp_path: Path) -> None:
     first: list[Record] = [
         {"op": "upsert", "id": 1, "name": "a", "seq": 1},
         {"op": "upsert", "id": 2, "name": "x", "seq": 2},
@@ -587,7 +528,7 @@ def test_from_changelog_state_expires_between_micro_batches(
 
 
 def test_to_changelog_waiting_update_before_expires_between_micro_batches(
-    spark: SparkSession, tmp_path: Path, no_idle_batches: None
+    spark: SparkSession, tmp_path: Path
 ) -> None:
     first: list[Record] = [
         {"_row_kind": "+I", "id": 1, "name": "a", "ts_ms": 1, "seq": 1},
@@ -644,7 +585,7 @@ REJECTED_REASON = "partition_by key \\[4\\], sequence_by \\[2\\]: unknown operat
 
 
 def test_a_rejected_record_in_a_stateful_stream_names_its_key_and_position(
-    spark: SparkSession, tmp_path: Path, no_idle_batches: None
+    spark: SparkSession, tmp_path: Path
 ) -> None:
     stream = JsonStream(spark, tmp_path, FLAT)
     stream.append(REJECTED_IN_STATE)

@@ -30,6 +30,7 @@ from hypothesis import strategies as st
 from cdcflow.connectors.columnar import ColumnarBatch, ColumnarDecoder
 from cdcflow.connectors.spark_types import ChangeBatchBuilder, arrow_schema, struct_type
 from cdcflow.formats import DecodeError, DecodeOutput, Decoder, Message, Schema, parse_ddl, resolve_format
+from cdcflow.formats.base import Headers
 
 FORMATS_TESTS = Path(__file__).parents[1] / "formats"
 RECORDED = FORMATS_TESTS / "recorded" / "postgres" / "no-schemas.jsonl"
@@ -60,26 +61,32 @@ class PerRecord:
 class Pair:
     """The columnar decoder of one configuration, and fresh per-record decoders of the same one."""
 
-    def __init__(self, ddl: str | Schema, options: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, ddl: str | Schema, options: dict[str, str] | None = None, metadata: Sequence[str] = ()
+    ) -> None:
         self.schema = parse_ddl(ddl) if isinstance(ddl, str) else ddl
         self.options = options or {}
-        self.physical = arrow_schema(struct_type(self.schema))
+        self.metadata = tuple(metadata)
+        output = self.record_decoder().schema
+        self.physical = arrow_schema(struct_type(output))
         columnar = ColumnarDecoder.for_decoder(self.record_decoder(), self.physical)
         assert columnar is not None
         self.columnar = columnar
         target = pa.schema([*self.physical, pa.field("_row_kind", pa.string())])
-        self._builder = ChangeBatchBuilder(self.schema, "_row_kind", target)
+        self._builder = ChangeBatchBuilder(output, "_row_kind", target)
 
     def record_decoder(self) -> Decoder:
-        return resolve_format("debezium-json").create_decoder(self.options, self.schema)
+        return resolve_format("debezium-json").create_decoder(self.options, self.schema, self.metadata)
 
-    def per_record(self, values: Sequence[bytes | None]) -> PerRecord | None:
+    def per_record(
+        self, values: Sequence[bytes | None], headers: Sequence[Headers] | None = None
+    ) -> PerRecord | None:
         """The per-record changelog, or None if any message fails, is dead-lettered or side-output."""
         decoder, out, origins = self.record_decoder(), DecodeOutput(), []
         for index, value in enumerate(values):
             produced = len(out.changes)
             try:
-                decoder.decode(Message(value), out)
+                decoder.decode(Message(value, headers=headers[index] if headers else ()), out)
             except DecodeError:
                 return None
             origins += [index] * (len(out.changes) - produced)
@@ -87,14 +94,16 @@ class Pair:
             return None
         return PerRecord(_comparable(self._builder.build(out.changes)), origins)
 
-    def check(self, values: Sequence[bytes | None]) -> ColumnarBatch | None:
+    def check(
+        self, values: Sequence[bytes | None], headers: Sequence[Headers] | None = None
+    ) -> ColumnarBatch | None:
         """The columnar result, asserted equal to the per-record one whenever it is not None, and the
         same from Arrow arrays of the values (binary, and a slice of a large_binary one, as Spark's
         Kafka source hands them to ``decode_kafka``)."""
-        result = self._checked(self.columnar.decode(values), values)
+        result = self._checked(self.columnar.decode(values, headers=headers), values, headers)
         padded = pa.array([b"{}", *values, None], pa.large_binary()).slice(1, len(values))
         for array in (pa.array(values, pa.binary()), padded):
-            same = self.columnar.decode_array(array)
+            same = self.columnar.decode_array(array, headers=headers)
             assert (same is None) == (result is None)
             if same is not None and result is not None:
                 assert _comparable(same.rows) == _comparable(result.rows)
@@ -106,9 +115,14 @@ class Pair:
         lines = [line.rstrip(b"\r\n") for line in block.split(b"\n")]
         return self._checked(self.columnar.decode_lines(block), lines)
 
-    def _checked(self, result: ColumnarBatch | None, values: Sequence[bytes | None]) -> ColumnarBatch | None:
+    def _checked(
+        self,
+        result: ColumnarBatch | None,
+        values: Sequence[bytes | None],
+        headers: Sequence[Headers] | None = None,
+    ) -> ColumnarBatch | None:
         if result is not None:
-            expected = self.per_record(values)
+            expected = self.per_record(values, headers)
             assert expected is not None, "the columnar path decoded a block the per-record path does not"
             assert result.rows.schema.remove(len(self.physical)) == self.physical
             assert result.rows.schema.field(len(self.physical)).type == pa.string()
@@ -530,7 +544,6 @@ def test_text_that_only_looks_like_a_literal_or_an_exponent_is_read_columnar() -
     ("ddl", "options", "metadata"),
     [
         (PRODUCTS, {"schema-include": "true"}, ()),
-        (PRODUCTS, {"changelog-mode": "upsert"}, ()),
         (PRODUCTS, {}, ("source.table",)),
         (PRODUCTS, {"key-columns": "id"}, ()),
         (PRODUCTS + ", price DECIMAL(10, 2)", {}, ()),
@@ -540,7 +553,6 @@ def test_text_that_only_looks_like_a_literal_or_an_exponent_is_read_columnar() -
     ],
     ids=[
         "schema-include",
-        "upsert",
         "metadata",
         "key columns fill the TOAST state",
         "decimal",
@@ -613,3 +625,135 @@ def test_other_formats_have_no_columnar_path() -> None:
     schema = parse_ddl(PRODUCTS)
     decoder = resolve_format("canal-json").create_decoder({}, schema)
     assert ColumnarDecoder.for_decoder(decoder, arrow_schema(struct_type(schema))) is None
+
+
+# ---------------------------------------- metadata and upsert mode (what ``cdcflow ingest`` asks for)
+
+INGEST_OPTIONS = {"changelog-mode": "upsert", "unavailable-values": "report"}
+INGEST_METADATA = ("source.sequence", "source.timestamp", "unavailable-columns", "old-key", "new-key")
+ALL_METADATA = (*INGEST_METADATA, "ingestion-timestamp", "source.lsn")
+PLACEHOLDER = '"__debezium_unavailable_value"'
+SOURCES = st.sampled_from(
+    [
+        '{"connector":"postgresql","sequence":"[\\"24023128\\",\\"24023176\\"]","lsn":24023176,"ts_ms":1}',
+        '{"connector":"postgresql","sequence":"[null,\\"24023176\\"]","lsn":24023176,"ts_ms":1700000000000}',
+        '{"connector":"postgresql","sequence":"[1,2]","ts_ms":-5}',
+        '{"connector":"postgresql","sequence":"[ \\"1\\" , \\"2\\" ]","lsn":3}',
+        '{"connector":"postgresql","sequence":"[\\"1.5\\",\\"2\\"]","lsn":3}',
+        '{"connector":"postgresql","sequence":"[\\"1\\",\\"2\\",\\"3\\"]","lsn":3}',
+        '{"connector":"postgresql","sequence":"not json","lsn":3}',
+        '{"connector":"postgresql","sequence":"[\\"99999999999999999999\\",\\"1\\"]","lsn":3}',
+        '{"connector":"postgresql","sequence":["1","2"],"lsn":3}',
+        '{"connector":"postgresql","lsn":24023128,"ts_ms":1700000000000}',
+        '{"connector":"postgresql","sequence":null}',
+        '{"connector":"mysql","file":"mysql-bin.000003","pos":154,"row":1,"ts_ms":1700000000000}',
+        '{"connector":"mysql","file":"binlog","pos":154}',
+        '{"connector":"sqlserver","commit_lsn":"00000025:00000d98:0002","change_lsn":null,"event_serial_no":1}',
+        '{"connector":"oracle","scn":"123","commit_scn":"125"}',
+        '{"connector":"mongodb","ord":1}',
+        '{"ts_ms":253402300800000}',
+        '{"ts_ms":-62135596800001}',
+        '{"ts_ms":"1700000000000"}',
+        '{"lsn":true}',
+        "null",
+        '"text"',
+        "",
+    ]
+)
+HEADERS = st.sampled_from(
+    [
+        (),
+        (("__debezium.oldkey", b'{"id":7}'),),
+        (("__debezium.newkey", b'{"schema":{"type":"struct"},"payload":{"id":8}}'),),
+        (("__debezium.oldkey", b"not json"),),
+        (("other", b"x"), ("__debezium.newkey", None)),
+    ]
+)
+
+
+@st.composite
+def ingest_envelopes(draw: st.DrawFn) -> tuple[bytes | None, Headers]:
+    op = draw(st.sampled_from("crudd"))
+    unsent = draw(st.sampled_from([None, "name", "label", "id"]))
+
+    def image(kind: str) -> str:
+        fields = [f'"{name}":{draw(NULLABLE[name])}' for name in VALID]
+        fields = [field for field in fields if not field.endswith(":")]
+        if unsent is not None and draw(st.booleans()):
+            fields = [f for f in fields if not f.startswith(f'"{unsent}":')] + [f'"{unsent}":{PLACEHOLDER}']
+        return "{" + ",".join(fields) + "}" if draw(st.integers(0, 9)) or kind == "after" else "null"
+
+    parts = {
+        "op": f'"{op}"',
+        "before": image("before") if op in "ud" else "null",
+        "after": image("after") if op != "d" else "null",
+        "source": draw(SOURCES),
+        "ts_ms": draw(st.sampled_from(["1700000000000", "", "null", "1.5"])),
+    }
+    text = "{" + ",".join(f'"{k}":{v}' for k, v in parts.items() if v) + "}"
+    return text.encode(), draw(HEADERS)
+
+
+@cache
+def ingest_pairs() -> list[Pair]:
+    return [
+        Pair(WIDE, INGEST_OPTIONS, INGEST_METADATA),
+        Pair(WIDE, {"unavailable-values": "report"}, ALL_METADATA),
+        Pair(WIDE, {"changelog-mode": "upsert", "unavailable-values": "fail"}, ("source.sequence",)),
+    ]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(ingest_envelopes(), min_size=1, max_size=6))
+def test_metadata_and_upsert_blocks_decode_as_per_record_or_not_at_all(
+    messages: list[tuple[bytes | None, Headers]],
+) -> None:
+    values, headers = [value for value, _ in messages], [h for _, h in messages]
+    for pair in ingest_pairs():
+        result = pair.check(values, headers)
+        event(f"{pair.metadata[:1]} {pair.options}: {'columnar' if result is not None else 'per record'}")
+
+
+def test_ingest_blocks_with_positions_placeholders_and_key_headers_take_the_columnar_path() -> None:
+    pair = Pair(PRODUCTS, INGEST_OPTIONS, INGEST_METADATA)
+    postgres = {"connector": "postgresql", "sequence": '["24023128","24023176"]', "lsn": 24023176, "ts_ms": 7}
+    mysql = {"connector": "mysql", "file": "mysql-bin.000003", "pos": 154, "row": 2, "ts_ms": 8}
+    unsent = {**ROW2, "description": "__debezium_unavailable_value"}
+    values = [
+        orjson.dumps({"op": "c", "after": ROW, "source": postgres}),
+        orjson.dumps({"op": "u", "before": None, "after": unsent, "source": postgres}),
+        orjson.dumps({"op": "u", "before": ROW, "after": unsent, "source": mysql}),
+        orjson.dumps({"op": "d", "before": {"id": 1}, "source": {**postgres, "sequence": '[null,"5"]'}}),
+        orjson.dumps({"op": "c", "after": ROW2, "source": {"connector": "postgresql", "lsn": 9}}),
+    ]
+    headers: list[Headers] = [(), (), (), (("__debezium.newkey", b'{"id":2}'),), ()]
+    result = pair.check(values, headers)
+    assert result is not None
+    rows = result.rows.to_pylist()
+    assert [row["_row_kind"] for row in rows] == ["+I", "+U", "+U", "-D", "+I"]
+    assert [row["source_sequence"] for row in rows] == [
+        [24023128, 24023176],
+        [24023128, 24023176],
+        [3, 154, 2],
+        [0, 5],
+        [9],
+    ]
+    # Unsent with no before image: NULL and listed; with one, the before image's value.
+    assert [row["unavailable_columns"] for row in rows] == [[], ["description"], [], [], []]
+    assert [row["description"] for row in rows][1:3] == [None, "small"]
+    assert [row["new_key"] for row in rows] == [None, None, None, '{"id":2}', None]
+
+
+def test_real_postgres_events_with_the_ingest_configuration_decode_as_per_record() -> None:
+    pair = Pair(POSTGRES_COLUMNS, INGEST_OPTIONS, INGEST_METADATA)
+    retract = Pair(POSTGRES_COLUMNS, {"unavailable-values": "report"}, INGEST_METADATA)
+    columnar = 0
+    for table in ("cdc_types", "cdc_types_full"):
+        values = [value for _, value in _recorded_postgres()[table]]
+        for each in (pair, retract):
+            each.check(values)
+        for value in values:
+            columnar += pair.check([value]) is not None
+            retract.check([value])
+    # Only the truncate and the NaN/Infinity strings go per record now: placeholders are columnar.
+    assert columnar >= 12

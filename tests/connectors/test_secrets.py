@@ -155,11 +155,11 @@ def test_the_ingest_configuration_repr_hides_the_options_secrets() -> None:
     assert "'kafka.sasl.username': 'me'" in repr(config)
 
 
-def test_a_remote_checkpoint_is_refused_without_its_credentials() -> None:
+def test_credentials_in_a_checkpoint_uri_are_refused_without_showing_them() -> None:
     from cdcflow.connectors.lakehouse.delta_sink import DeltaSink, apply_options
 
     sink = DeltaSink("/lake/t", apply_options(["id"]), f"s3a://key:{SECRET}@bucket/chk", app_id="orders")
-    with pytest.raises(ConnectorOptionError, match="is not a local or mounted path") as error:
+    with pytest.raises(ConnectorOptionError, match="credentials in the URI are not read") as error:
         sink.check_identity()
     assert_hidden(str(error.value))
 

@@ -14,3 +14,5 @@ _TESTS = Path(__file__).parent.parent.parent
 for folder in (_TESTS / "connectors", _TESTS / "core"):
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
+
+from s3_server import s3_bucket, s3_server, s3_spark  # noqa: E402, F401 - the S3 tests' fixtures

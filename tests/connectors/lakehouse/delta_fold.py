@@ -196,19 +196,23 @@ def rendered_rows(rows: Iterable[Mapping[str, Any]], schema: Schema) -> list[str
     return sorted(out)
 
 
-def deltalake_rows(path: str) -> list[dict[str, Any]]:
+def deltalake_rows(path: str, storage_options: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """The table's rows as ``deltalake`` reads them; no rows when no table was ever created."""
-    if not DeltaTable.is_deltatable(path):
+    if not DeltaTable.is_deltatable(path, storage_options=storage_options):
         return []
-    rows: list[dict[str, Any]] = DeltaTable(path).to_pyarrow_table().to_pylist()
+    rows: list[dict[str, Any]] = (
+        DeltaTable(path, storage_options=storage_options).to_pyarrow_table().to_pylist()
+    )
     return rows
 
 
-def spark_rows(spark: SparkSession, path: str) -> list[dict[str, Any]]:
+def spark_rows(
+    spark: SparkSession, path: str, storage_options: dict[str, str] | None = None
+) -> list[dict[str, Any]]:
     """The table's rows as Spark reads the table's current files (Spark has no Delta reader here)."""
-    if not DeltaTable.is_deltatable(path):
+    if not DeltaTable.is_deltatable(path, storage_options=storage_options):
         return []
-    files = DeltaTable(path).file_uris()
+    files = DeltaTable(path, storage_options=storage_options).file_uris()
     if not files:
         return []
     rows: list[dict[str, Any]] = spark.read.parquet(*files).toArrow().to_pylist()

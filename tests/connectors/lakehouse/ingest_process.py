@@ -7,6 +7,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -29,16 +31,22 @@ def tail(log: Path, lines: int = 20) -> str:
 
 
 def wait_for(
-    job: subprocess.Popen[bytes], timeout: float, target: Path | None = None, version: int = 0
+    job: subprocess.Popen[bytes],
+    timeout: float,
+    target: Path | Callable[[], int] | None = None,
+    version: int = 0,
 ) -> None:
-    """Until the job exits or, given a target, the table reaches ``version``."""
+    """Until the job exits or, given a target (a local table, or a function giving its version, polled
+    less often), the table reaches ``version``."""
     deadline = time.monotonic() + timeout
-    while job.poll() is None and (target is None or table_version(target) < version):
+    current = target if callable(target) else None if target is None else partial(table_version, target)
+    pause = 0.05 if callable(target) else 0.002
+    while job.poll() is None and (current is None or current() < version):
         if time.monotonic() > deadline:
             os.killpg(job.pid, signal.SIGKILL)
             job.wait()
             pytest.fail(f"the ingestion made no progress in {timeout:.0f} s")
-        time.sleep(0.002)
+        time.sleep(pause)
 
 
 def wait_session_gone(session: int) -> None:

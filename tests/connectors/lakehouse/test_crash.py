@@ -11,6 +11,10 @@ kill, plus a random delay (one delay short, to land between a batch's target com
 commit); then the job runs from its checkpoint to the end. The table must equal the history folded
 by id, and the Delta logs of the table and of the key state must hold exactly one commit per batch.
 Run with ``-s`` to see where the kills landed; ``CDCFLOW_CRASH_SEED`` picks other kill points.
+
+The delta-rs back end runs it a second time with the table, the key state and Spark's checkpoint
+(``s3a://``) on the S3 test server (``s3_server.py``), with the Spark back end's smaller history: the
+logs are inspected from a copy of the bucket.
 """
 
 from __future__ import annotations
@@ -24,14 +28,14 @@ import signal
 import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from backends import BACKENDS, delta_jars, delta_reader_rows
-from deltalake import DeltaTable
-from ingest_process import start_ingest, table_version, tail, wait_for, wait_session_gone
+from backends import Lake, delta_jars, delta_reader_rows, lake
+from ingest_process import start_ingest, tail, wait_for, wait_session_gone
 
 from cdcflow.connectors.lakehouse.delta_sink import STATE_DIR
 
@@ -39,8 +43,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 KILLS = 3
-SIZES = {"delta-rs": (100_000, 10_000, 30), "spark": (30_000, 3_000, 15)}
-"""changes, keys, micro-batches per back end"""
+SIZES = {"delta-rs": (100_000, 10_000, 30), "spark": (30_000, 3_000, 15), "s3": (30_000, 3_000, 15)}
+"""changes, keys, micro-batches per back end (and on S3: moto's server and S3A's checkpoint are slow)"""
 SEED = int(os.environ.get("CDCFLOW_CRASH_SEED", "20240605"))
 RUN_TIMEOUT = {"delta-rs": 150.0, "spark": 300.0}
 
@@ -66,22 +70,29 @@ class Kill:
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    ("backend", "storage"),
+    [("delta-rs", "local"), ("spark", "local"), ("delta-rs", "s3")],
+    ids=["delta-rs", "spark", "delta-rs, table and checkpoint on S3"],
+)
 def test_sigkilled_ingestion_restarts_from_its_checkpoint_exactly_once(
-    spark: SparkSession, tmp_path: Path, backend: str
+    spark: SparkSession, tmp_path: Path, backend: str, storage: str, request: pytest.FixtureRequest
 ) -> None:
-    changes, keys, batches = SIZES[backend]
+    changes, keys, batches = SIZES["s3" if storage == "s3" else backend]
     source = tmp_path / "history.jsonl"
     stats = history.write_history(source, changes, keys, seed=SEED)
     truth = history.fold(source)
     assert stats.reinserts > changes // 100 and stats.deletes > changes // 100 and len(truth) == stats.live
-    target, checkpoint = tmp_path / "items", tmp_path / "checkpoint"
+    place = lake(storage, tmp_path / "lake", request)
+    target = place.path("items")
     args = [
         *("--format", "debezium-json", "--path", str(source), "--schema", history.COLUMNS, "--key", "id"),
-        *("--target", str(target), "--checkpoint", str(checkpoint), "--trigger", "available-now"),
+        *("--target", target, "--checkpoint", place.path("checkpoint", "s3a"), "--trigger", "available-now"),
         *("--option", f"maxBytesPerTrigger={stats.bytes // batches}"),
         *(("--backend", "spark", "--delta-jars", delta_jars()) if backend == "spark" else ()),
+        *place.ingest_args(),
     ]
+    version = partial(place.version, "items")
     timeout = RUN_TIMEOUT[backend]
 
     rng = random.Random(SEED)  # noqa: S311 - kill timings, not secrets
@@ -90,14 +101,14 @@ def test_sigkilled_ingestion_restarts_from_its_checkpoint_exactly_once(
     for run, kill in enumerate(kills):
         job = start_ingest(args, tmp_path / f"run{run}.log")
         # Progress past the last kill first, then a delay: kills land at varied points of a batch.
-        wait_for(job, timeout, target, seen + rng.randint(1, 4))
+        wait_for(job, timeout, version, seen + rng.randint(1, 4))
         time.sleep(kill.delay)
         assert job.poll() is None, f"run {run} finished before its kill: {tail(tmp_path / f'run{run}.log')}"
         os.killpg(job.pid, signal.SIGKILL)
         job.wait()
         wait_session_gone(job.pid)
-        seen = table_version(target)
-        kill.landed = _where(target, checkpoint)
+        seen = version()
+        kill.landed = _where(*_logs(place, tmp_path / f"logs{run}"))
 
     job = start_ingest(args, tmp_path / "final.log")
     wait_for(job, timeout)
@@ -105,21 +116,37 @@ def test_sigkilled_ingestion_restarts_from_its_checkpoint_exactly_once(
     report = "; ".join(f"kill {i + 1} after {k.delay:.3f}s: {k.landed}" for i, k in enumerate(kills))
     print(f"seed {SEED}: {report}; last run: {tail(tmp_path / 'final.log', 1)}")
 
-    table = DeltaTable(str(target))
+    table = place.table("items")
     rows = table.to_pyarrow_table().to_pylist()
     ids = [row["id"] for row in rows]
     assert len(ids) == len(set(ids)), "a key is in the table twice"
     assert {row["id"]: row for row in rows} == truth
     via_spark = spark.read.parquet(*table.file_uris()).collect()
     assert sorted((r.asDict() for r in via_spark), key=lambda r: r["id"]) == [truth[k] for k in sorted(truth)]
-    via_delta = delta_reader_rows(spark, str(target))
+    via_delta = delta_reader_rows(spark, target, place.storage_options or None)
     assert sorted(via_delta, key=lambda r: r["id"]) == [truth[k] for k in sorted(truth)]
 
+    local_target, checkpoint = _logs(place, tmp_path / "logs")
     applied = _batches_with_rows(checkpoint, source)
-    for log in (target, checkpoint / STATE_DIR):
+    for log in (local_target, checkpoint / STATE_DIR):
         transactions = _transactions(log)
         _assert_applied_once(transactions)
         assert [v for _, v in transactions] == applied, f"{log}: not one commit per batch with rows"
+
+
+def _logs(place: Lake, into: Path) -> tuple[Path, Path]:
+    """Local folders holding the table's and the checkpoint's logs: the lake's own, or a copy of the
+    bucket's (the Delta logs of the table and the key state, Spark's offsets and commits)."""
+    if not place.on_s3:
+        return place.folder / "items", place.folder / "checkpoint"
+    for name in (
+        "items/_delta_log",
+        "checkpoint/offsets",
+        "checkpoint/commits",
+        f"checkpoint/{STATE_DIR}/_delta_log",
+    ):
+        place.local(name, into)
+    return into / "items", into / "checkpoint"
 
 
 def _where(target: Path, checkpoint: Path) -> str:

@@ -14,7 +14,8 @@ partitions each, then every row and column of the Delta table is compared with P
 ``col::text`` of that row, read from ``expected.json.gz`` (never from cdcflow's decoding). The dump
 is read as it is ordered, all of partition 0 before partition 1 (as a consumer far behind on one
 partition reads a topic): Kafka orders nothing across partitions, and the table must still come out
-as PostgreSQL has it.
+as PostgreSQL has it. The DEFAULT table runs again with the table, the key state and Spark's
+checkpoint on the S3 test server (``s3_server.py``).
 """
 
 from __future__ import annotations
@@ -30,13 +31,13 @@ from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from backends import BACKENDS, delta_jars, delta_reader_rows
-from deltalake import DeltaTable
-from ingest_process import start_ingest, table_version, tail, wait_for, wait_session_gone
+from backends import BACKENDS, Lake, delta_jars, delta_reader_rows, lake
+from ingest_process import start_ingest, tail, wait_for, wait_session_gone
 from pyspark.sql.streaming.listener import (
     QueryIdleEvent,
     QueryProgressEvent,
@@ -120,14 +121,14 @@ def postgres_rows(expected: dict[str, Any], table: str) -> dict[int, dict[str, A
     return rows
 
 
-def delta_rows(target: Path, spark: SparkSession | None = None) -> dict[int, dict[str, Any]]:
+def delta_rows(place: Lake, table: str, spark: SparkSession | None = None) -> dict[int, dict[str, Any]]:
     """The table's rows as ``deltalake`` reads them, or given ``spark``, as ``spark.read.format("delta")``."""
     if spark is None:
-        arrow = DeltaTable(str(target)).to_pyarrow_table()
+        arrow = place.table(table).to_pyarrow_table()
         assert set(arrow.column_names) == set(PG_TYPES), f"the table's columns: {arrow.column_names}"
         read = arrow.to_pylist()
     else:
-        read = delta_reader_rows(spark, str(target))
+        read = delta_reader_rows(spark, place.path(table), place.storage_options or None)
         assert read and set(read[0]) == set(PG_TYPES), f"the table's columns: {read and list(read[0])}"
     rows: dict[int, dict[str, Any]] = {}
     for row in read:
@@ -310,13 +311,23 @@ class RunIds(StreamingQueryListener):
 
 @pytest.mark.integration
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("table", TABLES)
+@pytest.mark.parametrize(
+    ("table", "storage"),
+    [("items_default", "local"), ("items_full", "local"), ("items_default", "s3")],
+    ids=["items_default", "items_full", "items_default on S3"],
+)
 def test_recorded_workload_lands_as_postgres_has_it(
-    spark: SparkSession, tmp_path: Path, expected: dict[str, Any], table: str, backend: str
+    spark: SparkSession,
+    tmp_path: Path,
+    expected: dict[str, Any],
+    table: str,
+    backend: str,
+    storage: str,
+    request: pytest.FixtureRequest,
 ) -> None:
     dump = _unpack(table, tmp_path)
     options = _options(table, dump)
-    target, checkpoint = tmp_path / table, tmp_path / "checkpoint"
+    place = lake(storage, tmp_path / "lake", request)
     applied: list[BatchApplied] = []
     runs = RunIds()
     spark.streams.addListener(runs)
@@ -325,11 +336,12 @@ def test_recorded_workload_lands_as_postgres_has_it(
             IngestConfig(
                 format="debezium-json",
                 key=("id",),
-                target=str(target),
-                checkpoint=str(checkpoint),
+                target=place.path(table),
+                checkpoint=place.path("checkpoint", "s3a"),
                 path=str(dump),
                 options=options,
                 backend=backend,  # type: ignore[arg-type]
+                storage_options=place.storage_options,
             ),
             spark=spark,
             on_batch=applied.append,
@@ -337,7 +349,7 @@ def test_recorded_workload_lands_as_postgres_has_it(
     finally:
         spark.streams.removeListener(runs)
     assert summary.batches >= 5 and len(applied) >= 5, summary
-    assert_batches_and_partitions(checkpoint, dump, options)
+    assert_batches_and_partitions(place.local("checkpoint", tmp_path / "copy"), dump, options)
     # Spark runs a streaming query's jobs in a job group named by its run id: their stages' task
     # counts are the input partitions each micro-batch was read with.
     tracker = spark.sparkContext.statusTracker()
@@ -351,17 +363,26 @@ def test_recorded_workload_lands_as_postgres_has_it(
     ]
     assert sum(1 for n in tasks if n >= 2) >= 5, f"tasks per stage: {tasks}"
 
-    want, got = postgres_rows(expected, table), delta_rows(target)
+    want, got = postgres_rows(expected, table), delta_rows(place, table)
     problems = differences(table, want, got)
     assert not problems, f"{problems} (ingest: {summary})"
-    problems = differences(table, want, delta_rows(target, spark))
+    problems = differences(table, want, delta_rows(place, table, spark))
     assert not problems, f"read by spark.read.format('delta'): {problems}"
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(
+    ("backend", "storage"),
+    [("delta-rs", "local"), ("spark", "local"), ("delta-rs", "s3")],
+    ids=["delta-rs", "spark", "delta-rs on S3"],
+)
 def test_recorded_workload_restarted_after_sigkill_lands_as_postgres_has_it(
-    spark: SparkSession, tmp_path: Path, expected: dict[str, Any], backend: str
+    spark: SparkSession,
+    tmp_path: Path,
+    expected: dict[str, Any],
+    backend: str,
+    storage: str,
+    request: pytest.FixtureRequest,
 ) -> None:
     """``python -m cdcflow ingest`` of the DEFAULT table (the one whose rows depend on earlier
     batches: TOAST placeholders, primary-key changes), SIGKILLed once its third micro-batch is in the
@@ -369,32 +390,35 @@ def test_recorded_workload_restarted_after_sigkill_lands_as_postgres_has_it(
     table = "items_default"
     dump = _unpack(table, tmp_path)
     options = _options(table, dump)
-    target, checkpoint = tmp_path / table, tmp_path / "checkpoint"
+    place = lake(storage, tmp_path / "lake", request)
     args = [
         *("--format", "debezium-json", "--path", str(dump), "--key", "id"),
-        *("--target", str(target), "--checkpoint", str(checkpoint), "--trigger", "available-now"),
+        *("--target", place.path(table), "--checkpoint", place.path("checkpoint", "s3a")),
+        *("--trigger", "available-now"),
         *(arg for key, value in options.items() for arg in ("--option", f"{key}={value}")),
         *(("--backend", "spark", "--delta-jars", delta_jars()) if backend == "spark" else ()),
+        *place.ingest_args(),
     ]
+    version = partial(place.version, table)
     job = start_ingest(args, tmp_path / "run0.log")
-    wait_for(job, RUN_TIMEOUT, target, version=2)
+    wait_for(job, RUN_TIMEOUT, version, version=2)
     time.sleep(0.3)  # lands inside a later batch or between batches, wherever the job is
     assert job.poll() is None, f"the job finished before its kill: {tail(tmp_path / 'run0.log')}"
     os.killpg(job.pid, signal.SIGKILL)
     job.wait()
     wait_session_gone(job.pid)
-    killed_at = table_version(target)
+    killed_at = version()
 
     job = start_ingest(args, tmp_path / "run1.log")
     wait_for(job, RUN_TIMEOUT)
     assert job.returncode == 0, f"the restarted job failed: {tail(tmp_path / 'run1.log')}"
-    assert table_version(target) > killed_at, "the restarted job applied nothing"
-    assert_batches_and_partitions(checkpoint, dump, options)
+    assert version() > killed_at, "the restarted job applied nothing"
+    assert_batches_and_partitions(place.local("checkpoint", tmp_path / "copy"), dump, options)
 
-    want, got = postgres_rows(expected, table), delta_rows(target)
+    want, got = postgres_rows(expected, table), delta_rows(place, table)
     problems = differences(table, want, got)
     assert not problems, f"killed at table version {killed_at}: {problems}"
-    problems = differences(table, want, delta_rows(target, spark))
+    problems = differences(table, want, delta_rows(place, table, spark))
     assert not problems, (
         f"killed at table version {killed_at}, read by spark.read.format('delta'): {problems}"
     )
