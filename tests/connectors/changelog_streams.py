@@ -21,6 +21,15 @@ Record = dict[str, Any]
 QUERY_TIMEOUT_SECONDS = 180
 
 
+def per_key(records: Sequence[Record]) -> dict[Any, list[Record]]:
+    """Records by their image's ``id``, in order."""
+    grouped: dict[Any, list[Record]] = {}
+    for record in records:
+        image = record.get("after") or record.get("before") or record
+        grouped.setdefault(image["id"], []).append(record)
+    return grouped
+
+
 def rows_of(df: DataFrame) -> list[Record]:
     return [row.asDict(recursive=True) for row in df.collect()]
 

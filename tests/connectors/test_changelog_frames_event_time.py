@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from changelog_streams import JsonStream, rows_of
+from changelog_streams import JsonStream, per_key, rows_of
 from pyspark.sql import DataFrame, SparkSession
 
 from cdcflow.connectors.changelog_frames import from_changelog, to_changelog
@@ -85,14 +85,6 @@ def micro_batches(
         )
         for report in stream.progress
     ]
-
-
-def per_key(records: Sequence[Record]) -> dict[Any, list[Record]]:
-    grouped: dict[Any, list[Record]] = {}
-    for record in records:
-        image = record.get("after") or record.get("before") or record
-        grouped.setdefault(image["id"], []).append(record)
-    return grouped
 
 
 def dropped_as_late(stream: JsonStream) -> int:

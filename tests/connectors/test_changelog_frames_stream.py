@@ -8,13 +8,12 @@ Spark's state data source. Shuffle partitions default to two per core unless set
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from changelog_streams import JsonStream
+from changelog_streams import JsonStream, per_key
 from pyspark.sql import DataFrame, SparkSession
 
 from cdcflow.connectors.changelog_frames import from_changelog, to_changelog
@@ -46,14 +45,6 @@ class SteppedClock:
 
 def without_seq(record: Record) -> Record:
     return {k: v for k, v in record.items() if k != "seq"}
-
-
-def per_key(records: Sequence[Record]) -> dict[Any, list[Record]]:
-    grouped: dict[Any, list[Record]] = {}
-    for record in records:
-        image = record.get("after") or record.get("before") or record
-        grouped.setdefault(image["id"], []).append(record)
-    return grouped
 
 
 def with_all_columns(envelope: Record) -> Record:
