@@ -32,7 +32,7 @@ from cdcflow.connectors.lakehouse.ingest import IngestConfig, ingest
 
 source, work = sys.argv[1], sys.argv[2]
 spark = local_session("bench-ingest-scale")
-marks, started = [], time.monotonic()
+marks = []
 
 def seen(applied):
     marks.append((time.monotonic() - started, applied.changes, applied.seconds))

@@ -30,7 +30,7 @@ from cdcflow.connectors.columnar_metadata import (
     metadata_columns,
     unavailable_lists,
 )
-from cdcflow.connectors.columnar_types import PLACEHOLDERS, ColumnPlan, plan_column
+from cdcflow.connectors.columnar_types import PLACEHOLDERS, ColumnPlan, plan_column, validity
 from cdcflow.formats.base import Decoder, Headers, metadata_column_name
 from cdcflow.formats.debezium import KEY_HEADERS, DebeziumMode, UnavailableHandling, reports_unavailable
 from cdcflow.formats.debezium_json import DebeziumJsonDecoder
@@ -219,7 +219,7 @@ class ColumnarDecoder:
         message, kinds = _expand(codes, upsert=self.upsert)
         from_before = (kinds & 1).astype(np.int64)  # -U and -D are the odd kinds
         take = pa.array(message + len(codes) * from_before)  # the before images follow the after ones
-        has_before = _validity(before)
+        has_before = validity(before)
         missing = np.zeros((len(codes), len(self.columns)), dtype=np.bool_)
         arrays = []
         for index, plan in enumerate(self.columns):
@@ -282,12 +282,6 @@ def _expand(codes: npt.NDArray[np.int8], *, upsert: bool = False) -> tuple[Posit
 
 def _empty(schema: pa.Schema) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in schema], schema=schema)
-
-
-def _validity(image: pa.Array) -> npt.NDArray[np.bool_]:
-    if image.null_count == 0:
-        return np.ones(len(image), dtype=np.bool_)
-    return image.is_valid().to_numpy(zero_copy_only=False)  # type: ignore[no-any-return]
 
 
 def _is_placeholder(values: pa.Array) -> npt.NDArray[np.bool_]:

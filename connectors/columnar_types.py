@@ -149,7 +149,7 @@ def _integers(parsed: pa.Array, target: pa.DataType) -> pa.Array | None:
 
 def _floats(parsed: pa.Array, *, single: bool) -> pa.Array | None:
     values = parsed.to_numpy(zero_copy_only=False)
-    valid = _validity(parsed)
+    valid = validity(parsed)
     with np.errstate(invalid="ignore"):
         # A JSON number never reads as NaN or an infinity per record (those arrive as strings, which
         # Arrow rejects for a number column): here they can only come from NaN/Infinity literals or
@@ -167,7 +167,8 @@ def _floats(parsed: pa.Array, *, single: bool) -> pa.Array | None:
     return pa.array(narrowed, pa.float32(), mask=~valid)
 
 
-def _validity(parsed: pa.Array) -> Mask:
+def validity(parsed: pa.Array) -> Mask:
+    """Where ``parsed`` is not null, as a numpy mask."""
     if parsed.null_count == 0:
         return np.ones(len(parsed), dtype=np.bool_)
     return parsed.is_valid().to_numpy(zero_copy_only=False)  # type: ignore[no-any-return]
@@ -175,7 +176,7 @@ def _validity(parsed: pa.Array) -> Mask:
 
 def _int64_values(parsed: pa.Array) -> tuple[Int64s, Mask]:
     values = parsed.fill_null(0).to_numpy(zero_copy_only=False)
-    return values.astype(np.int64, copy=False), _validity(parsed)
+    return values.astype(np.int64, copy=False), validity(parsed)
 
 
 def _within(values: Int64s, valid: Mask, low: int, high: int) -> bool:

@@ -13,10 +13,10 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 from helpers import FakeClock
+from state_crash import crash_before_next_state_commit
 from test_spec_002_materialize import ARRIVALS, R20
 
 from cdcflow.connectors.errors import ChangelogConsistencyError, DeltaSchemaError
-from cdcflow.connectors.lakehouse import key_state
 from cdcflow.connectors.lakehouse.apply import ApplyOptions, DeltaChangeApplier, Materialize
 from cdcflow.core import Change
 
@@ -246,16 +246,7 @@ def test_a_crash_between_the_table_and_the_key_state_commits_is_caught_up_once(
     sink = applier(tmp_path, **options)
     table, state = tmp_path / "table", tmp_path / "state"
     sink.apply(batch(SEQUENCED, i(id=1, name="a", seq=1)), 0)
-    save = key_state.save
-    crashes = []
-
-    def crash_once(*args: Any, **kwargs: Any) -> None:
-        if not crashes:
-            crashes.append(True)
-            raise RuntimeError("the driver died before the state commit")
-        save(*args, **kwargs)
-
-    monkeypatch.setattr(key_state, "save", crash_once)
+    crash_before_next_state_commit(monkeypatch)
     update = batch(SEQUENCED, ub(id=1, name="a", seq=1), ua(id=1, name="b", seq=4), i(id=2, name="c", seq=2))
     with pytest.raises(RuntimeError, match="state commit"):
         sink.apply(update, 1)

@@ -14,9 +14,9 @@ from typing import Any
 import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
+from state_crash import crash_before_next_state_commit
 from test_apply import KEY, ROW_KIND, rows
 
-from cdcflow.connectors.lakehouse import key_state
 from cdcflow.connectors.lakehouse.apply import ApplyOptions, DeltaChangeApplier, Materialize
 
 UNAVAILABLE, OLD_KEY, NEW_KEY = "unavailable_columns", "old_key", "new_key"
@@ -223,16 +223,7 @@ def test_a_key_change_whose_delete_crashed_before_the_state_commit_keeps_the_old
     the first run did, from the table's version before that commit."""
     sink = applier(tmp_path)
     sink.apply(table(change("+I", id=1, name="a", body="toast")), 0)
-    save = key_state.save
-    crashes: list[bool] = []
-
-    def crash_once(*args: Any, **kwargs: Any) -> None:
-        if not crashes:
-            crashes.append(True)
-            raise RuntimeError("the driver died before the state commit")
-        save(*args, **kwargs)
-
-    monkeypatch.setattr(key_state, "save", crash_once)
+    crash_before_next_state_commit(monkeypatch)
     with pytest.raises(RuntimeError, match="state commit"):
         sink.apply(table(delete_old()), 1)
     assert rows(tmp_path / "table") == []
@@ -402,16 +393,7 @@ def test_the_old_keys_last_value_lands_once_across_a_crash_between_the_table_and
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     applier(tmp_path, sequence_by="seq").apply(table(create_new(seq=5), update_new(6)), 0)
-    save = key_state.save
-    crashes: list[bool] = []
-
-    def crash_once(*args: Any, **kwargs: Any) -> None:
-        if not crashes:
-            crashes.append(True)
-            raise RuntimeError("the driver died before the state commit")
-        save(*args, **kwargs)
-
-    monkeypatch.setattr(key_state, "save", crash_once)
+    crash_before_next_state_commit(monkeypatch)
     with pytest.raises(RuntimeError, match="state commit"):
         applier(tmp_path, sequence_by="seq").apply(table(*old_key_history()), 1)
     assert rows(tmp_path / "table") == [{"id": 2, "name": "c", "body": "b2"}]

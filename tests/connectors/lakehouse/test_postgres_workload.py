@@ -8,8 +8,8 @@ primary-key changes that move a row to the other Kafka partition, NULLs, rolled-
 and one TRUNCATE per table. Each topic is a two-partition topic dump.
 
 Each table is ingested through the public path (``ingest`` / ``python -m cdcflow ingest`` with
-``--format debezium-json --option schema-include=true``, the DEFAULT table with
-``changelog-mode=upsert`` as docs/formats.md advises) in several micro-batches of several input
+``--format debezium-json --option schema-include=true``; the DEFAULT table needs no
+``changelog-mode``: ingest reads Debezium updates as upserts) in several micro-batches of several input
 partitions each, then every row and column of the Delta table is compared with PostgreSQL's
 ``col::text`` of that row, read from ``expected.json.gz`` (never from cdcflow's decoding). The dump
 is read as it is ordered, all of partition 0 before partition 1 (as a consumer far behind on one
@@ -76,16 +76,15 @@ def _unpack(table: str, into: Path) -> Path:
     return dump
 
 
-def _options(table: str, dump: Path) -> dict[str, str]:
+def _options(dump: Path) -> dict[str, str]:
     batch_bytes = dump.stat().st_size // BATCHES + 1
-    options = {
+    # No changelog-mode for the DEFAULT table (no before image on u, key only on d): ingest reads
+    # Debezium updates as upserts by default.
+    return {
         "schema-include": "true",
         "maxBytesPerTrigger": str(batch_bytes),
         "maxRecordsPerPartition": str(batch_bytes // SPLITS // BYTES_PER_RECORD),
     }
-    if table == "items_default":
-        options["changelog-mode"] = "upsert"  # DEFAULT identity: no before image on u, key only on d
-    return options
 
 
 # --- PostgreSQL's text form → the values Delta must hold ------------------------------------------
@@ -326,7 +325,7 @@ def test_recorded_workload_lands_as_postgres_has_it(
     request: pytest.FixtureRequest,
 ) -> None:
     dump = _unpack(table, tmp_path)
-    options = _options(table, dump)
+    options = _options(dump)
     place = lake(storage, tmp_path / "lake", request)
     applied: list[BatchApplied] = []
     runs = RunIds()
@@ -389,7 +388,7 @@ def test_recorded_workload_restarted_after_sigkill_lands_as_postgres_has_it(
     table, then run again from its checkpoint to the end."""
     table = "items_default"
     dump = _unpack(table, tmp_path)
-    options = _options(table, dump)
+    options = _options(dump)
     place = lake(storage, tmp_path / "lake", request)
     args = [
         *("--format", "debezium-json", "--path", str(dump), "--key", "id"),

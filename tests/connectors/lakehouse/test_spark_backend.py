@@ -15,9 +15,9 @@ import pytest
 from backends import delta_reader_rows
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
+from state_crash import crash_before_next_state_commit
 
 from cdcflow.connectors.errors import ConnectorOptionError, SparkSetupError
-from cdcflow.connectors.lakehouse import key_state
 from cdcflow.connectors.lakehouse.apply import ApplyOptions, DeltaChangeApplier
 from cdcflow.connectors.lakehouse.ingest import IngestConfig
 from cdcflow.connectors.lakehouse.spark_delta import SparkDeltaBackend, delta_jars
@@ -134,16 +134,7 @@ def test_spark_back_end_catches_up_a_crash_between_the_table_and_the_key_state_c
 ) -> None:
     sink = applier(tmp_path, SparkDeltaBackend(spark))
     sink.apply(BATCH_0, 0)
-    save = key_state.save
-    crashes: list[bool] = []
-
-    def crash_once(*args: Any, **kwargs: Any) -> None:
-        if not crashes:
-            crashes.append(True)
-            raise RuntimeError("the driver died before the state commit")
-        save(*args, **kwargs)
-
-    monkeypatch.setattr(key_state, "save", crash_once)
+    crash_before_next_state_commit(monkeypatch)
     with pytest.raises(RuntimeError, match="state commit"):
         sink.apply(BATCH_1, 1)
     version = DeltaTable(str(tmp_path / "table")).version()

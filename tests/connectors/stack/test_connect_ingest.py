@@ -94,9 +94,7 @@ def ingest_args(bootstrap: str, topic: str, work: Path, *, schemas: bool, trigge
         topic,
         "--key",
         "id",
-        "--option",
-        "changelog-mode=upsert",
-    ]
+    ]  # no changelog-mode: ingest reads the DEFAULT-identity updates (no before image) as upserts
     args += ["--target", str(work / "table"), "--checkpoint", str(work / "checkpoint"), "--trigger", trigger]
     if trigger == "continuous":
         args += ["--interval", "1 second"]
