@@ -8,8 +8,10 @@ KRaft broker the bench starts, see bench/kafka_spark.py). Each is applied to a n
 
 - ``cdcflow``: ``ingest(IngestConfig(format="debezium-json", key=("id",), ...), spark=session)``,
   the ``python -m cdcflow ingest`` job: the ``cdc-debezium`` source, ordering by ``source.sequence``
-  with its key state, one exactly-once delta-rs merge per micro-batch, its default batch sizes
-  (64 MiB of file / 100k Kafka records per micro-batch);
+  with its key state, one exactly-once delta-rs merge per micro-batch applied while Spark decodes
+  the next one (the batch kept in the checkpoint's pending log meanwhile), the decoded rows handed
+  to the driver as Arrow files, its default batch sizes (64 MiB of file / 100k Kafka records per
+  micro-batch);
 - ``hand-written``: ``readStream.text`` (file) or ``readStream.format("kafka")`` (Kafka, read_committed,
   ``maxOffsetsPerTrigger`` = cdcflow's records per batch) + ``from_json`` with a lean schema (``op``,
   ``before.id``, the ``after`` image, ``source.lsn``) + ``foreachBatch``: ``toArrow``, each id's last

@@ -43,7 +43,7 @@ class BatchDecoder:
         self.metrics = FormatMetrics()
         """What became of the messages read so far (every one lands in exactly one outcome counter)."""
         self.decoder = plan.decoder
-        self.target = arrow_schema(plan.output)
+        self.target = arrow_schema(plan.changelog if plan.changelog is not None else plan.output)
         decoded = plan.decoded_columns
         canonical = arrow_schema(struct_type(decoded))
         built = canonical

@@ -76,6 +76,10 @@ class ReadPlan:
     max_records_per_partition: int
     accounting_path: str | None = None
     """Where each input range's message counts go (``accountingPath``), or None."""
+    handoff_path: str | None = None
+    """``handoffPath``: where each input range's decoded rows go (:mod:`cdcflow.connectors.handoff`);
+    ``output`` is then the handoff rows' schema and ``changelog`` the decoded rows'."""
+    changelog: st.StructType | None = None
 
 
 def plan_read(
@@ -126,9 +130,13 @@ def plan_read(
         output = st.StructType([st.StructField(f.name, f.dataType, True, f.metadata) for f in output.fields])
         output.add(st.StructField(row_kind, st.StringType(), True))
         output.add(st.StructField(control, st.StringType(), True))
-    if user_schema is not None:
+    handoff = _local_directory(options, "handoffPath")
+    if user_schema is not None and not (handoff is not None and user_schema == _handoff_output(output)):
         _check_user_schema(user_schema, output)
         output = user_schema
+    changelog = output
+    if handoff is not None:
+        output = _handoff_output(changelog)
     return ReadPlan(
         format_name=factory.name,
         decoder=decoder,
@@ -144,6 +152,21 @@ def plan_read(
         max_bytes_per_trigger=options.get("maxBytesPerTrigger"),
         max_records_per_partition=max(1, options.get("maxRecordsPerPartition")),
         accounting_path=_local_directory(options, "accountingPath"),
+        handoff_path=handoff,
+        changelog=changelog,
+    )
+
+
+def _handoff_output(changelog: st.StructType) -> st.StructType:
+    from cdcflow.connectors import handoff
+
+    return st.StructType(
+        [
+            st.StructField(
+                handoff.FILE_COLUMN, st.StringType(), False, {handoff.CHANGELOG_KEY: changelog.json()}
+            ),
+            st.StructField(handoff.ROWS_COLUMN, st.LongType(), False),
+        ]
     )
 
 

@@ -19,11 +19,12 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from cdcflow.connectors import kafka_client, replay
+from cdcflow.connectors import handoff, kafka_client, replay
 from cdcflow.connectors.accounting import range_name
 from cdcflow.connectors.decode_batches import BatchDecoder
 from cdcflow.connectors.errors import ReplayFormatError, SchemaChangedError
 from cdcflow.connectors.read_plan import KafkaInput, ReadPlan, ReplayInput, columns_ddl
+from cdcflow.connectors.spark_types import arrow_schema
 from cdcflow.formats.base import Message
 from cdcflow.formats.errors import NewColumnsError
 
@@ -70,10 +71,21 @@ def _read(plan: ReadPlan, partition: InputPartition) -> Iterator[pa.RecordBatch]
         # With no ranges to read (an empty topic) Spark still runs one task with its own partition.
         return iter(())
     split = partition.split
-    decoder = BatchDecoder(plan, _range_name(split))
+    name = _range_name(split)
+    decoder = BatchDecoder(plan, name)
     if isinstance(split, FileRange) and decoder.reads_lines and not replay.is_dump(split.path):
-        return _schema_checked(decoder.file_batches(split.path, split.start, split.end, split.lines_before))
-    return _schema_checked(decoder.batches(_messages(plan, split)))
+        lines = decoder.file_batches(split.path, split.start, split.end, split.lines_before)
+        batches = _schema_checked(lines)
+    else:
+        batches = _schema_checked(decoder.batches(_messages(plan, split)))
+    if plan.handoff_path is None:
+        return batches
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    assert plan.changelog is not None  # noqa: S101 - set with handoff_path
+    # The table DataFrame.toArrow would give (its types, time zone UTC, small string offsets).
+    schema = to_arrow_schema(plan.changelog, timezone="UTC")
+    return handoff.write(batches, schema, plan.handoff_path, name, arrow_schema(plan.output))
 
 
 def _range_name(split: FileRange | kafka_client.OffsetRange) -> str:

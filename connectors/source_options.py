@@ -78,6 +78,15 @@ CONNECTOR_OPTIONS: tuple[Option[Any], ...] = (
         "every executor; cdcflow ingest sets it in its checkpoint",
     ),
     Option(
+        "handoffPath",
+        optional_string,
+        None,
+        "Directory local to the driver and every executor (a local master): each input range's decoded "
+        "rows go to one Arrow file there and the DataFrame holds their paths (handoff_file, "
+        "handoff_rows) for a driver that reads them without Spark's row conversion; cdcflow ingest "
+        "sets it in its checkpoint",
+    ),
+    Option(
         "controlEvents",
         choice(ControlEvents),
         ControlEvents.SKIP,

@@ -11,6 +11,7 @@ An explicit ``app_id`` is recorded in the checkpoint and must stay with it (:mod
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -18,15 +19,20 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from cdcflow.connectors import handoff
 from cdcflow.connectors.errors import ConnectorOptionError
 from cdcflow.connectors.lakehouse import app_identity, upsert_stream
 from cdcflow.connectors.lakehouse.apply import ApplyOptions, BatchApplied, DeltaChangeApplier, Materialize
 from cdcflow.connectors.lakehouse.control import OnTruncate
+from cdcflow.connectors.lakehouse.pending import PendingBatches
 from cdcflow.connectors.lakehouse.storage import LOCAL, Storage, is_remote, join
 from cdcflow.connectors.lakehouse.table_io import BACKENDS, DeltaRsBackend, TableBackend
 from cdcflow.formats.redact import redact
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
+
+    import pyarrow as pa
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
@@ -98,11 +104,18 @@ class DeltaSink:
         backend: str = "delta-rs",
         run_replays: bool = False,
         storage_options: Mapping[str, str] | None = None,
+        pipeline: bool = False,
     ) -> None:
         """``run_replays``: execute a replayed batch's plan although the table has it (a stateful query,
         e.g. an aggregation, fails in Spark 4.2 when a batch leaves its state store partitions
         uncommitted: STATE_STORE_COMMIT_VALIDATION_FAILED). ``storage_options``: delta-rs's options
-        for a target or checkpoint on an object store (:mod:`.storage`)."""
+        for a target or checkpoint on an object store (:mod:`.storage`).
+
+        ``pipeline`` (delta-rs back end): apply batch N in a background thread while Spark decodes
+        N+1, each batch first written to the checkpoint's pending log (:mod:`.pending`) so that one
+        Spark committed survives the driver; the owner calls :meth:`recover` before the query starts
+        and :meth:`drain` after it ends. An apply's error is raised by the next batch (failing the
+        query before Spark commits that one) or by :meth:`drain`."""
         if backend not in BACKENDS:
             raise ConnectorOptionError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
         self.backend = backend
@@ -116,6 +129,12 @@ class DeltaSink:
         self.on_batch = on_batch
         self.run_replays = run_replays
         self._applier: DeltaChangeApplier | None = None
+        if pipeline and backend != "delta-rs":
+            raise ConnectorOptionError("pipeline=True applies with delta-rs: use backend='delta-rs'")
+        self._pending = PendingBatches(checkpoint, self.storage) if pipeline else None
+        self._worker: ThreadPoolExecutor | None = None
+        self._running: Future[None] | None = None
+        self._recovered = False
 
     def check_identity(self) -> None:
         """Before the query starts: refuse a target or checkpoint this sink cannot reach (see
@@ -180,14 +199,98 @@ class DeltaSink:
         return join(self.checkpoint, STATE_DIR) if self.options.stateful else None
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        if self._pending is not None:
+            self._pipelined(batch, batch_id)
+            return
         applier = self.applier(batch.sparkSession if self._tables is None else None)
-        applied = applier.apply(batch.toArrow(), batch_id) if not applier.done(batch_id) else None
+        applied = None
+        if not applier.done(batch_id):
+            table, handed = collect(batch)
+            applied = applier.apply(table, batch_id)
+            handoff.remove(handed)
         if applied is None and self.run_replays:
             batch.write.format("noop").mode("overwrite").save()
-        result = applied or BatchApplied(batch_id, skipped=True)
+        self._report(applied or BatchApplied(batch_id, skipped=True))
+
+    def _report(self, result: BatchApplied) -> None:
         self.progress.add(result)
         if self.on_batch is not None:
             self.on_batch(result)
+
+    def _pipelined(self, batch: DataFrame, batch_id: int) -> None:
+        assert self._pending is not None  # noqa: S101 - only called with a pending log
+        self.recover()
+        # With a batch in flight this one is new: Spark replays batches only when a query starts.
+        if self._running is None and self.applier().done(batch_id):
+            self._report(BatchApplied(batch_id, skipped=True))
+            return
+        table, handed = collect(batch)  # Spark decodes this batch while the worker applies the one before
+        self.drain()
+        self._pending.write(batch_id, table)
+        handoff.remove(handed)
+        if self._worker is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._worker = ThreadPoolExecutor(1, thread_name_prefix="cdcflow-apply")
+        self._running = self._worker.submit(self._apply_pending, table, batch_id)
+
+    def _apply_pending(self, table: pa.Table, batch_id: int) -> None:
+        assert self._pending is not None  # noqa: S101 - only called with a pending log
+        applied = self.applier().apply(table, batch_id)
+        self._pending.remove(batch_id)
+        self._report(applied)
+
+    def recover(self) -> None:
+        """Apply the batches Spark committed that a driver which died left in the pending log."""
+        if self._pending is None or self._recovered:
+            return
+        self._pending.discard_partial()
+        for batch_id in self._pending.ids():
+            if not self.applier().done(batch_id):
+                self._apply_pending(self._pending.read(batch_id), batch_id)
+            self._pending.remove(batch_id)
+        self._recovered = True
+
+    def drain(self) -> None:
+        """Wait for the batch being applied; raise its error (the pending log keeps the batch)."""
+        running, self._running = self._running, None
+        if running is not None:
+            running.result()
+
+    def close(self) -> None:
+        """After a failed query: let the batch being applied finish (its error, if any, is dropped:
+        its pending file stays for the next run) and stop the worker."""
+        with contextlib.suppress(Exception):
+            self.drain()
+        if self._worker is not None:
+            self._worker.shutdown()
+            self._worker = None
+
+
+def collect(batch: DataFrame) -> tuple[pa.Table, list[str]]:
+    """The batch's changelog as Arrow (``toArrow``), and the handoff files it was read from: a source
+    with ``handoffPath`` yields the paths of the Arrow files its tasks wrote
+    (:mod:`cdcflow.connectors.handoff`)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    if not handoff.is_handoff(batch.columns):
+        return batch.toArrow(), []
+    fields = batch.schema.fields
+    if handoff.CHANGELOG_KEY not in fields[0].metadata:
+        return batch.toArrow(), []
+    changelog = StructType.fromJson(json.loads(fields[0].metadata[handoff.CHANGELOG_KEY]))
+    schema = to_arrow_schema(changelog, error_on_duplicated_field_names_in_struct=True, timezone="UTC")
+    listed = batch.toArrow()
+    paths = [str(path) for path in listed.column(handoff.FILE_COLUMN).to_pylist()]
+    table = handoff.read(paths, schema)
+    expected = sum(listed.column(handoff.ROWS_COLUMN).to_pylist())
+    if table.num_rows != expected:
+        raise ConnectorOptionError(
+            f"the handoff files of this micro-batch hold {table.num_rows} rows, their tasks wrote "
+            f"{expected}: another job writes the same handoffPath; give each query its own"
+        )
+    return table, paths
 
 
 def apply_options(

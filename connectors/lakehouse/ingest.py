@@ -8,6 +8,7 @@ unless ``sequence_by`` names another column or ``none``.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -53,6 +54,7 @@ DEBEZIUM_RESTART = "source_timestamp"
 Trigger = Literal["available-now", "continuous"]
 Backend = Literal["delta-rs", "spark"]
 ACCOUNTING_DIRECTORY = "cdcflow-accounting"
+HANDOFF_DIRECTORY = "cdcflow-handoff"
 
 
 @dataclass(frozen=True)
@@ -238,6 +240,7 @@ def ingest(
         on_batch,
         config.backend,
         storage_options=config.storage_options,
+        pipeline=config.backend == "delta-rs",
     )
     sink.check_identity()
     if spark is None:
@@ -253,8 +256,12 @@ def ingest(
     counts = CountsSince(accounting, local) if accounting is not None else None
     try:
         sink.bind(session)
-        interrupted = _run(config, session, sink, started, out, counts, origin)
+        sink.recover()
+        handoff_path = _handoff_path(config, session)
+        interrupted = _run(config, session, sink, started, out, counts, origin, handoff_path)
+        sink.drain()
     finally:
+        sink.close()
         if own_session:
             session.stop()
     table = open_table(config.target, sink.storage)
@@ -267,6 +274,20 @@ def ingest(
         messages=counts.counts() if counts is not None else None,
         interrupted=interrupted,
     )
+
+
+def _handoff_path(config: IngestConfig, session: SparkSession) -> str | None:
+    """Where the source's tasks hand the decoded rows to the delta-rs writer (cleared of what a run
+    that died left), when driver and executors share the checkpoint's disk; else None (``toArrow``)."""
+    from cdcflow.connectors import handoff
+
+    if config.backend != "delta-rs" or is_remote(config.checkpoint):
+        return None
+    if not str(session.conf.get("spark.master", "")).startswith("local"):
+        return None
+    path = os.path.abspath(join(config.checkpoint.removeprefix("file://"), HANDOFF_DIRECTORY))
+    handoff.clear(path)
+    return path
 
 
 def _session_config(config: IngestConfig) -> dict[str, str]:
@@ -313,6 +334,7 @@ def _run(
     out: TextIO,
     counts: CountsSince | None = None,
     origin_metadata: tuple[str, ...] = (),
+    handoff_path: str | None = None,
 ) -> bool:
     """Run the query; when a message brings columns the inferred ones lack (SchemaChangedError), start
     it again from its checkpoint with them, so they reach the table in the batch where they appear.
@@ -324,6 +346,8 @@ def _run(
     options = config.source_options()
     if origin_metadata:
         add_metadata(options, *origin_metadata)
+    if handoff_path is not None:
+        options["handoffPath"] = handoff_path
     added = {f.name for f in parse_ddl(options["addedColumns"])} if "addedColumns" in options else set()
     while True:
         changelog = session.readStream.format(config.source).options(**options).load()
@@ -343,6 +367,7 @@ def _run(
             new = {f.name for f in parse_ddl(columns)}
             if config.schema or new <= added:
                 raise spark_failure(error) from error  # declared columns, or no progress: it says what to do
+            sink.drain()  # the batches before the one that failed are in the table when it restarts
             added |= new
             options["addedColumns"] = ", ".join(filter(None, (options.get("addedColumns"), columns)))
             out.write(

@@ -28,6 +28,7 @@ class _Frame:
         self.table = pa.Table.from_pylist(
             [{"id": key, "name": name, "_row_kind": "+I"} for key, name in rows], schema=SCHEMA
         )
+        self.columns = SCHEMA.names
 
     def toArrow(self) -> pa.Table:  # noqa: N802 - Spark's name
         return self.table

@@ -20,21 +20,19 @@ logs are inspected from a copy of the bucket.
 from __future__ import annotations
 
 import bisect
-import importlib.util
 import json
 import os
 import random
 import signal
-import sys
 import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from backends import Lake, delta_jars, delta_reader_rows, lake
+from bench_modules import bench_module
 from ingest_process import start_ingest, tail, wait_for, wait_session_gone
 
 from cdcflow.connectors.lakehouse.delta_sink import STATE_DIR
@@ -49,18 +47,7 @@ SEED = int(os.environ.get("CDCFLOW_CRASH_SEED", "20240605"))
 RUN_TIMEOUT = {"delta-rs": 150.0, "spark": 300.0}
 
 
-def _bench_module(name: str) -> ModuleType:
-    """A module of bench/ loaded by path (bench/ itself stays off sys.path: its names are generic)."""
-    path = Path(__file__).parents[3] / "bench" / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-history = _bench_module("cdc_history")
+history = bench_module("cdc_history")
 
 
 @dataclass
@@ -157,6 +144,8 @@ def _where(target: Path, checkpoint: Path) -> str:
     committed = _last_batch(checkpoint / "commits")
     if applied > state:
         return f"between the target commit and the key-state commit of batch {applied}"
+    if committed > applied:
+        return f"after Spark committed batch {committed}, before its Delta commits (kept in the pending log)"
     if planned > applied:
         return f"in batch {planned} before its Delta commits"
     if planned > committed:
