@@ -30,7 +30,7 @@ from cdcflow.connectors.columnar_metadata import (
     metadata_columns,
     unavailable_lists,
 )
-from cdcflow.connectors.columnar_types import PLACEHOLDERS, ColumnPlan, plan_column, validity
+from cdcflow.connectors.columnar_types import ColumnPlan, placeholder_texts, plan_column, validity
 from cdcflow.formats.base import Decoder, Headers, metadata_column_name
 from cdcflow.formats.debezium import KEY_HEADERS, DebeziumMode, UnavailableHandling, reports_unavailable
 from cdcflow.formats.debezium_json import DebeziumJsonDecoder
@@ -285,7 +285,7 @@ def _empty(schema: pa.Schema) -> pa.RecordBatch:
 
 
 def _is_placeholder(values: pa.Array) -> npt.NDArray[np.bool_]:
-    found = pc.is_in(values, value_set=PLACEHOLDERS)
+    found = pc.is_in(values, value_set=placeholder_texts())
     return pc.fill_null(found, False).to_numpy(zero_copy_only=False)  # type: ignore[no-any-return]
 
 

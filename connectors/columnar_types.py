@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,14 +64,15 @@ Int64s = npt.NDArray[np.int64]
 Mask = npt.NDArray[np.bool_]
 
 
-def _placeholder_texts() -> pa.Array:
-    """The text forms of Debezium's unchanged-TOAST placeholder (as is, and base64 for bytes columns)."""
+@functools.cache
+def placeholder_texts() -> pa.Array:
+    """The text forms of Debezium's unchanged-TOAST placeholder (as is, and base64 for bytes columns).
+
+    Built on first use: a first ``pa.array`` of Python values imports pandas (0.2 s), which the
+    process planning a stream's offsets never needs."""
     texts = [PLACEHOLDER, base64.b64encode(PLACEHOLDER.encode()).decode()]
     assert all(is_unavailable(text) for text in texts)  # noqa: S101 - the per-record path's own test
     return pa.array(texts, pa.string())
-
-
-PLACEHOLDERS = _placeholder_texts()
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,7 @@ class ColumnPlan:
         if kind is TypeKind.BOOLEAN:
             return parsed
         if kind is TypeKind.STRING:
-            return None if pc.any(pc.is_in(parsed, value_set=PLACEHOLDERS)).as_py() else parsed
+            return None if pc.any(pc.is_in(parsed, value_set=placeholder_texts())).as_py() else parsed
         if kind in (TypeKind.FLOAT, TypeKind.DOUBLE):
             return _floats(parsed, single=kind is TypeKind.FLOAT)
         values, valid = _int64_values(parsed)

@@ -21,7 +21,6 @@ from pyspark.sql.streaming.datasource import (
 
 from cdcflow.connectors import handoff, kafka_client, replay
 from cdcflow.connectors.accounting import range_name
-from cdcflow.connectors.decode_batches import BatchDecoder
 from cdcflow.connectors.errors import ReplayFormatError, SchemaChangedError
 from cdcflow.connectors.read_plan import KafkaInput, ReadPlan, ReplayInput, columns_ddl
 from cdcflow.connectors.spark_types import arrow_schema
@@ -70,6 +69,9 @@ def _read(plan: ReadPlan, partition: InputPartition) -> Iterator[pa.RecordBatch]
     if not isinstance(partition, CdcInputPartition):
         # With no ranges to read (an empty topic) Spark still runs one task with its own partition.
         return iter(())
+    # Imported here, on executors: the process that plans a stream's offsets never decodes.
+    from cdcflow.connectors.decode_batches import BatchDecoder
+
     split = partition.split
     name = _range_name(split)
     decoder = BatchDecoder(plan, name)

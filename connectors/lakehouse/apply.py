@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdcflow.connectors.errors import ConnectorOptionError
-from cdcflow.connectors.lakehouse import key_state, restarts, unavailable
+from cdcflow.connectors.lakehouse import key_index, key_state, restarts, unavailable
 from cdcflow.connectors.lakehouse.changes import (
     EPOCH,
     IDX,
@@ -467,7 +467,7 @@ class DeltaChangeApplier:
         if marks is not None:
             source = source.append_column(UNAVAILABLE, marks)
         if kept is not None and kept.num_rows:  # named by the source (so not truncated), not written
-            marked = kept.append_column(OP, pa.array(["K"] * kept.num_rows, pa.string()))
+            marked = kept.append_column(OP, pa.repeat(pa.scalar("K", pa.string()), kept.num_rows))
             source = pa.concat_tables([source, marked], promote_options="permissive")
         return target.merge(
             source,
@@ -497,10 +497,8 @@ class DeltaChangeApplier:
         winners = winners.drop_columns([c for c in (EPOCH,) if c in winners.schema.names])
         restart = self._restart_values(batch, winners)
         if known is not None and known.num_rows:
-            # Join on the keys alone: Arrow joins refuse nested payload columns.
-            probe = winners.select(key).append_column(POS, pa.array(np.arange(winners.num_rows)))
-            joined = probe.join(known, key, join_type="left outer", use_threads=False).sort_by(POS)
-            known_seq = joined.column(STATE_SEQ)
+            at = key_index.positions_in(winners, known, key)
+            known_seq = key_index.take_or_null(known.column(STATE_SEQ), at)
             late = pc.and_(pc.fill_null(pc.less(winners.column(SEQ), known_seq), False), pc.invert(restarted))
             result.late = self._count_late(batch, known, epochs)
             if result.late:
@@ -510,7 +508,8 @@ class DeltaChangeApplier:
                     result.late,
                 )
             sequenced = pc.is_valid(winners.column(SEQ))
-            restart = pc.if_else(sequenced, restart, joined.column(STATE_RESTART).cast(pa.large_binary()))
+            known_restart = key_index.take_or_null(known.column(STATE_RESTART).cast(pa.large_binary()), at)
+            restart = pc.if_else(sequenced, restart, known_restart)
             merged = pc.coalesce(winners.column(SEQ), known_seq)
             winners = winners.set_column(winners.schema.get_field_index(SEQ), SEQ, merged)
             winners, restart = winners.filter(pc.invert(late)), restart.filter(pc.invert(late))
@@ -523,8 +522,8 @@ class DeltaChangeApplier:
                 STATE_SEQ: winners.column(SEQ),
                 **restart_state,
                 DELETED_AT: pc.if_else(deleted, key_state.stamp(now), pa.scalar(None, key_state.TIMESTAMP)),
-                UPDATED_AT: pa.array([now] * winners.num_rows, key_state.TIMESTAMP),
-                OP: pa.array(["U"] * winners.num_rows),
+                UPDATED_AT: pa.repeat(pa.scalar(now, key_state.TIMESTAMP), winners.num_rows),
+                OP: pa.repeat(pa.scalar("U", pa.string()), winners.num_rows),
             }
         )
         return winners, state_rows
@@ -537,15 +536,11 @@ class DeltaChangeApplier:
     ) -> np.ndarray:
         """Changes older than their key's known sequence (``again``: or at it), before any restart of the
         key's position."""
-        key = list(self.options.key)
-        rows = batch.data.select([*key, SEQ, IDX]).join(
-            known.select([*key, STATE_SEQ]), key, join_type="inner", use_threads=False
-        )
+        at = key_index.positions_in(batch.data, known, self.options.key)
+        known_seq = key_index.take_or_null(known.column(STATE_SEQ), at)
         compare = pc.less_equal if again else pc.less
-        older = np.asarray(pc.fill_null(compare(rows.column(SEQ), rows.column(STATE_SEQ)), False), dtype=bool)
-        at = np.asarray(rows.column(IDX), dtype=np.int64)
-        late = np.zeros(batch.num_rows, dtype=bool)
-        late[at[older & (epochs.epoch[at] == 0)]] = True
+        older = compare(batch.data.column(SEQ).combine_chunks(), known_seq)
+        late: np.ndarray = np.asarray(pc.fill_null(older, False), dtype=bool) & (epochs.epoch == 0)
         return late
 
     def _epochs(self, batch: ChangeBatch, known: pa.Table | None, result: BatchApplied) -> restarts.Epochs:

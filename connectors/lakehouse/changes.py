@@ -144,17 +144,20 @@ def check_update_pairs(batch: ChangeBatch, key: Sequence[str]) -> None:
 
 def last_per_key(batch: ChangeBatch, key: Sequence[str]) -> pa.Table:
     """The last +I/+U/-D of each key (by sequence, then arrival), with ``_cdcflow_op`` U (upsert) or D."""
+    from cdcflow.connectors.lakehouse.key_index import group_ids
+
+    names = batch.data.schema.names
     keep = np.flatnonzero(batch.kinds != "-U")
-    rows = batch.data.take(pa.array(keep))
-    kinds = batch.kinds[keep]
-    rows = rows.append_column(OP, pa.array(np.where(kinds == "-D", "D", "U")))
-    if SEQ in rows.schema.names:
-        rows = rows.take(sequence_order(rows))
-    rank = pa.array(np.arange(rows.num_rows, dtype=np.int64))
-    ranked = rows.select(list(key)).append_column("_cdcflow_rank", rank)
-    winners = ranked.group_by(list(key), use_threads=False).aggregate([("_cdcflow_rank", "max")])
-    picked = np.sort(np.asarray(winners.column("_cdcflow_rank_max"), dtype=np.int64))
-    return rows.take(pa.array(picked))
+    # Ordered on the key and ordering columns; the whole rows are taken once, for the winners.
+    narrow = batch.data.select([*key, *(c for c in (SEQ, IDX, EPOCH) if c in names)]).take(pa.array(keep))
+    if SEQ in names:
+        order = np.asarray(sequence_order(narrow), dtype=np.int64)
+        narrow, keep = narrow.take(pa.array(order)), keep[order]
+    ids = group_ids(narrow, key)
+    _, from_end = np.unique(ids[::-1], return_index=True)
+    picked = keep[np.sort(len(ids) - 1 - from_end)]
+    rows = batch.data.take(pa.array(picked))
+    return rows.append_column(OP, pa.array(np.where(batch.kinds[picked] == "-D", "D", "U")))
 
 
 def sequence_order(rows: pa.Table) -> pa.Array:

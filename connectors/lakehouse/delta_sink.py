@@ -226,8 +226,10 @@ class DeltaSink:
             return
         table, handed = collect(batch)  # Spark decodes this batch while the worker applies the one before
         self.drain()
-        self._pending.write(batch_id, table)
-        handoff.remove(handed)
+        if handed:
+            self._pending.adopt(batch_id, handed)
+        else:
+            self._pending.write(batch_id, table)
         if self._worker is None:
             from concurrent.futures import ThreadPoolExecutor
 

@@ -19,10 +19,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cdcflow.connectors.lakehouse import key_index
 from cdcflow.connectors.lakehouse.changes import IDX, SEQ, ChangeBatch
 from cdcflow.connectors.lakehouse.key_state import STATE_RESTART, STATE_SEQ
-
-_KID, _POS = "_cdcflow_kid", "_cdcflow_pos"
 
 
 @dataclass
@@ -43,20 +42,13 @@ def epochs(batch: ChangeBatch, key: Sequence[str], known: pa.Table | None) -> Ep
     result = Epochs(np.zeros(n, dtype=np.int64))
     if batch.restart is None or n == 0:
         return result
-    key = list(key)
-    probe = batch.data.select(key).append_column(_POS, pa.array(np.arange(n, dtype=np.int64)))
-    ids = probe.select(key).group_by(key, use_threads=False).aggregate([])
-    ids = ids.append_column(_KID, pa.array(np.arange(ids.num_rows, dtype=np.int64)))
+    kid = key_index.group_ids(batch.data, key)
     if known is not None and known.num_rows:
-        # The state table's types (string_view, binary) as the batch's, so the join and comparisons match.
-        state = {c: known.column(c).cast(probe.schema.field(c).type) for c in key}
-        state |= {c: known.column(c).cast(pa.large_binary()) for c in (STATE_SEQ, STATE_RESTART)}
-        ids = ids.join(pa.table(state), key, use_threads=False)
+        at = key_index.positions_in(batch.data, known, key)
+        known_seqs = key_index.take_or_null(known.column(STATE_SEQ).cast(pa.large_binary()), at)
+        known_restarts = key_index.take_or_null(known.column(STATE_RESTART).cast(pa.large_binary()), at)
     else:
-        ids = ids.append_column(STATE_SEQ, pa.nulls(ids.num_rows, pa.large_binary()))
-        ids = ids.append_column(STATE_RESTART, pa.nulls(ids.num_rows, pa.large_binary()))
-    rows = probe.join(ids, key, use_threads=False).sort_by(_POS)
-    kid = np.asarray(rows.column(_KID), dtype=np.int64)
+        known_seqs = known_restarts = pa.nulls(n, pa.large_binary())
     seq = batch.data.column(SEQ).combine_chunks()
     # Arrival order within each key: where does the sequence step back, or fall below the known one?
     arrival = np.lexsort((np.asarray(batch.data.column(IDX), dtype=np.int64), kid))
@@ -65,15 +57,15 @@ def epochs(batch: ChangeBatch, key: Sequence[str], known: pa.Table | None) -> Ep
     if n > 1:
         step = pc.fill_null(pc.less(ordered.slice(1), ordered.slice(0, n - 1)), False)
         back[arrival[1:]] = np.asarray(step, dtype=bool) & (kid[arrival[1:]] == kid[arrival[:-1]])
-    below = pc.fill_null(pc.less(seq, rows.column(STATE_SEQ).combine_chunks()), False)
+    below = pc.fill_null(pc.less(seq, known_seqs), False)
     back |= np.asarray(below, dtype=bool)
     suspects = np.unique(kid[back])
     if len(suspects) == 0:
         return result
     walk = arrival[np.isin(kid[arrival], suspects)]
     take = pa.array(walk)
-    known_seq = rows.column(STATE_SEQ).take(take).to_pylist()
-    known_restart = rows.column(STATE_RESTART).take(take).to_pylist()
+    known_seq = known_seqs.take(take).to_pylist()
+    known_restart = known_restarts.take(take).to_pylist()
     current: dict[int, tuple[bytes, bytes | None]] = {}
     epoch_of: dict[int, int] = {}
     for position, k, s, r, ks, kr in zip(

@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.ipc  # noqa: F401 - pa.ipc
 import pytest
 from bench_modules import bench_module
 from deltalake import DeltaTable
@@ -25,7 +27,8 @@ from pyspark.sql import SparkSession
 
 from cdcflow.connectors.lakehouse.delta_sink import checkpoint_query_id, collect
 from cdcflow.connectors.lakehouse.ingest import HANDOFF_DIRECTORY, IngestConfig, ingest
-from cdcflow.connectors.lakehouse.pending import PENDING_DIR
+from cdcflow.connectors.lakehouse.pending import PENDING_DIR, PendingBatches
+from cdcflow.connectors.lakehouse.storage import LOCAL
 from cdcflow.core import CdcflowError
 
 history = bench_module("cdc_history")
@@ -102,7 +105,9 @@ def test_a_driver_killed_after_spark_committed_a_batch_lands_it_from_the_pending
     assert (checkpoint / "commits" / str(KILLED_BATCH)).exists()
     app_id = f"cdcflow-{checkpoint_query_id(str(checkpoint))}"
     assert DeltaTable(str(target)).transaction_version(app_id) == KILLED_BATCH - 1
-    assert (checkpoint / PENDING_DIR / f"{KILLED_BATCH}.arrow").exists()
+    pending = PendingBatches(str(checkpoint), LOCAL)
+    assert pending.ids() == [KILLED_BATCH]
+    assert pending.read(KILLED_BATCH).num_rows > 0
 
     config = IngestConfig(
         format="debezium-json",
@@ -179,3 +184,29 @@ def test_the_handed_over_rows_are_the_rows_toarrow_gives(spark: SparkSession, tm
     assert table.schema == expected.schema
     assert table.num_rows == expected.num_rows > 3000
     assert table.equals(expected), "the same rows in the same order"
+
+
+def test_the_pending_log_keeps_whole_batches_written_or_moved_in(tmp_path: Path) -> None:
+    pending = PendingBatches(str(tmp_path / "checkpoint"), LOCAL)
+    assert pending.ids() == []
+    first = pa.table({"id": [1, 2], "name": ["a", "b"]})
+    pending.write(0, first)
+    handed = []
+    for index, part in enumerate(
+        (pa.table({"id": [3], "name": ["c"]}), pa.table({"id": [4], "name": ["d"]}))
+    ):
+        handed.append(str(tmp_path / f"part-{index}.arrow"))
+        with pa.OSFile(handed[-1], "wb") as sink, pa.ipc.new_file(sink, part.schema) as out:
+            out.write_table(part)
+    pending.adopt(1, handed)
+    assert not any(Path(file).exists() for file in handed), "moved, not copied"
+    # What a write or a move cut short leaves is not a batch, and goes at the next recovery.
+    (tmp_path / "checkpoint" / PENDING_DIR / "2.arrow.1f2e.tmp").write_bytes(b"cut")
+    (tmp_path / "checkpoint" / PENDING_DIR / "3.77ab.tmp").mkdir()
+    assert pending.ids() == [0, 1]
+    assert pending.read(0).equals(first)
+    assert pending.read(1).to_pydict() == {"id": [3, 4], "name": ["c", "d"]}
+    pending.discard_partial()
+    pending.remove(0)
+    pending.remove(1)
+    assert list((tmp_path / "checkpoint" / PENDING_DIR).iterdir()) == []
