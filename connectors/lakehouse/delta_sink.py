@@ -276,12 +276,14 @@ def collect(batch: DataFrame) -> tuple[pa.Table, list[str]]:
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
 
-    if not handoff.is_handoff(batch.columns):
+    carried = (
+        batch.schema.fields[0].metadata.get(handoff.CHANGELOG_KEY)
+        if handoff.is_handoff(batch.columns)
+        else None
+    )
+    if carried is None:
         return batch.toArrow(), []
-    fields = batch.schema.fields
-    if handoff.CHANGELOG_KEY not in fields[0].metadata:
-        return batch.toArrow(), []
-    changelog = StructType.fromJson(json.loads(fields[0].metadata[handoff.CHANGELOG_KEY]))
+    changelog = StructType.fromJson(json.loads(carried))
     schema = to_arrow_schema(changelog, error_on_duplicated_field_names_in_struct=True, timezone="UTC")
     listed = batch.toArrow()
     paths = [str(path) for path in listed.column(handoff.FILE_COLUMN).to_pylist()]
