@@ -25,8 +25,10 @@ KRaft broker the bench starts, see bench/kafka_spark.py). Each is applied to a n
 Both are streaming queries with the available-now trigger in ONE local[2] session (Spark's Kafka
 jars; no Delta jars: both merge with delta-rs in the driver). A run's wall time includes the
 query's start and ends when it has applied everything; the session's start is excluded. Runs are
-interleaved per source (cdcflow, hand-written, cdcflow, ...); the first round also pays the JIT's and
-Python workers' warm-up. Every table is checked (untimed) against the history folded by id
+interleaved per source (cdcflow, hand-written, cdcflow, ...), after ``--warmup`` rounds of the same
+runs that are printed but left out of the medians: the first runs in a session pay the JVM's class
+loading and JIT and the start of Spark's Python workers, and the job that runs first pays most of the
+JVM's share. Every table is checked (untimed) against the history folded by id
 (``cdc_history.fold``, independent of cdcflow) and the two tables of a round against each other,
 schemas included. A "change" is one envelope. Memory per run: the high-water mark (VmHWM, reset
 before the run through /proc/<pid>/clear_refs) of the Python driver and of Spark's JVM (a child
@@ -34,7 +36,7 @@ process), and how far it rose above the process's resident size at the run's sta
 runs left resident counts in the peak, not in the rise); the Python workers that decode cdcflow's
 source are not counted.
 
-    .venv/bin/python bench/ingest.py [--changes 1000000] [--keys 100000] [--rounds 3]
+    .venv/bin/python bench/ingest.py [--changes 1000000] [--keys 100000] [--rounds 3] [--warmup 1]
         [--sources file,kafka] [--partitions 4] [--file-batch-bytes N] [--kafka-batch-records N]
 """
 
@@ -366,6 +368,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--changes", type=int, default=1_000_000)
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warmup", type=int, default=1, help="rounds before the measured ones")
     parser.add_argument("--sources", default=",".join(SOURCES), help="file, kafka or both (file,kafka)")
     parser.add_argument("--partitions", type=int, default=4, help="of the Kafka topic")
     parser.add_argument("--file-batch-bytes", type=int, default=DEFAULT_MAX_BYTES_PER_TRIGGER)
@@ -406,7 +409,7 @@ def main(argv: list[str]) -> int:
                 spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    report(runs, args.changes)
+    report(runs, args.changes, args.warmup)
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(f"python driver ru_maxrss over the whole bench (history, fold, producer included): {mib(maxrss)}")
     return 0
@@ -423,8 +426,12 @@ def measure(
     truth: dict[int, Row],
 ) -> dict[str, dict[str, list[Run]]]:
     runs: dict[str, dict[str, list[Run]]] = {source: {job: [] for job in JOBS} for source in sources}
-    print(f"{args.rounds} round(s), Spark local[2], cdcflow and the hand-written job interleaved", flush=True)
-    for round_ in range(args.rounds):
+    print(
+        f"{args.warmup} warm-up and {args.rounds} measured round(s), Spark local[2], cdcflow and the "
+        "hand-written job interleaved",
+        flush=True,
+    )
+    for round_ in range(args.warmup + args.rounds):
         for source in sources:
             given = Input(
                 source,
@@ -441,7 +448,8 @@ def measure(
                 run = timed(spark, job, given, folder)
                 runs[source][job].append(run)
                 print(
-                    f"  round {round_ + 1} {source:<5} {job:<12}: {run.seconds:6.1f} s, "
+                    f"  {'warm-up' if round_ < args.warmup else 'round'} {round_ + 1} {source:<5} {job:<12}: "
+                    f"{run.seconds:6.1f} s, "
                     f"{run.batches} batches, {args.changes / run.seconds:>9,.0f} changes/s; "
                     f"peak RSS (+MiB risen) driver {run.driver}, JVM {run.jvm}",
                     flush=True,
@@ -452,13 +460,21 @@ def measure(
     return runs
 
 
-def report(runs: dict[str, dict[str, list[Run]]], changes: int) -> None:
+def report(runs: dict[str, dict[str, list[Run]]], changes: int, warmup: int) -> None:
+    """Rates: medians over the measured rounds; memory: over every run, the warm-up's too."""
+    for source, by_job in runs.items():
+        if warmup and all(len(by_job[job]) > warmup for job in JOBS):
+            first = {job: by_job[job][0].seconds for job in JOBS}
+            print(
+                f"{source} warm-up round 1: cdcflow {first['cdcflow']:.1f} s, hand-written "
+                f"{first['hand-written']:.1f} s ({first['hand-written'] / first['cdcflow']:.2f}x)"
+            )
     print(
         f"{'source':<7}{'cdcflow changes/s':>19}{'hand-written':>14}{'cdcflow/hand':>14}"
         f"{'driver RSS rise':>23}{'JVM RSS rise':>23}"
     )
     for source, by_job in runs.items():
-        rates = {job: statistics.median(changes / r.seconds for r in by_job[job]) for job in JOBS}
+        rates = {job: statistics.median(changes / r.seconds for r in by_job[job][warmup:]) for job in JOBS}
         rises = {
             process: " / ".join(mib(largest_rise(by_job[job], process)) for job in JOBS)
             for process in ("driver", "jvm")
@@ -468,8 +484,8 @@ def report(runs: dict[str, dict[str, list[Run]]], changes: int) -> None:
             f"{rates['cdcflow'] / rates['hand-written']:>13.2f}x{rises['driver']:>23}{rises['jvm']:>23}"
         )
     print(
-        "(medians over the rounds; RSS rise: the most a run's peak rose above the process's size at its "
-        "start, cdcflow / hand-written)"
+        "(changes/s: medians over the measured rounds; RSS rise, over every run: the most a run's peak rose "
+        "above the process's size at its start, cdcflow / hand-written)"
     )
 
 

@@ -26,6 +26,7 @@ import pyarrow.json as pa_json
 from cdcflow.connectors.columnar_block import Block, Positions
 from cdcflow.connectors.columnar_metadata import (
     SUPPORTED,
+    PositionFieldsNeeded,
     envelope_fields,
     metadata_columns,
     unavailable_lists,
@@ -49,11 +50,14 @@ _UPSERT_KIND = np.array([0, 0, 2, 3], dtype=np.int8)
 class ColumnarBatch:
     """The changelog of a block: ``rows`` has the physical columns then the row kind (``+I`` ...);
     ``message_index[i]`` is the index, in the decoded block, of the message row ``i`` came from;
-    ``changed`` is how many messages gave rows (every one that is not a tombstone or blank)."""
+    ``changed`` is how many messages gave rows (every one that is not a tombstone or blank);
+    ``messages`` how many the block had, blank ones too (for :meth:`ColumnarDecoder.decode_lines`, its
+    lines)."""
 
     rows: pa.RecordBatch
     message_index: pa.Array
     changed: int
+    messages: int
 
 
 class ColumnarDecoder:
@@ -89,13 +93,18 @@ class ColumnarDecoder:
         self._metadata_types = [f.type for f in physical][len(columns) :]
         self._placeholder_checked = [reports and plan.kind is TypeKind.STRING for plan in columns]
         image = pa.struct([pa.field(c.name, c.parsed_as) for c in columns])
-        self._parse_options = pa_json.ParseOptions(
-            explicit_schema=pa.schema(
-                [("op", pa.string()), ("before", image), ("after", image), *envelope_fields(metadata)]
-            ),
-            unexpected_field_behavior="ignore",
-            newlines_in_values=True,
+        self._parse_options, self._postgres_options = (
+            pa_json.ParseOptions(
+                explicit_schema=pa.schema(
+                    [("op", pa.string()), ("before", image), ("after", image), *fields]
+                ),
+                unexpected_field_behavior="ignore",
+                newlines_in_values=True,
+            )
+            for fields in (envelope_fields(metadata), envelope_fields(metadata, postgres=True))
         )
+        self._postgres = "source.sequence" in metadata
+        """Whether blocks are parsed with PostgreSQL's position fields only: until one has another."""
 
     @property
     def reads_headers(self) -> bool:
@@ -190,23 +199,37 @@ class ColumnarDecoder:
         if block is None or not block.is_strict_json():
             return None
         if len(block.positions) == 0:
-            return ColumnarBatch(_empty(self._output), pa.array([], pa.int64()), 0)
+            return ColumnarBatch(_empty(self._output), pa.array([], pa.int64()), 0, len(block.offsets) - 1)
+        if headers is not None:
+            headers = [headers[int(i)] for i in block.positions]
+        if self._postgres:
+            try:
+                return self._parsed(block, headers, postgres=True)
+            except PositionFieldsNeeded:
+                self._postgres = False  # this source has other connectors' positions: parse them all
+        return self._parsed(block, headers, postgres=False)
+
+    def _parsed(
+        self, block: Block, headers: Sequence[Headers] | None, *, postgres: bool
+    ) -> ColumnarBatch | None:
         try:
             table = pa_json.read_json(
                 pa.py_buffer(block.data),
                 read_options=pa_json.ReadOptions(use_threads=False, block_size=len(block.data) + 1),
-                parse_options=self._parse_options,
+                parse_options=self._postgres_options if postgres else self._parse_options,
             )
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return None
         if table.num_rows != len(block.positions):
             return None  # some value held more than one JSON document
-        if headers is not None:
-            headers = [headers[int(i)] for i in block.positions]
-        return self._changelog(table.combine_chunks().to_batches()[0], block.positions, headers)
+        return self._changelog(table.combine_chunks().to_batches()[0], block, headers, postgres)
 
     def _changelog(
-        self, parsed: pa.RecordBatch, positions: Positions, headers: Sequence[Headers] | None
+        self,
+        parsed: pa.RecordBatch,
+        block: Block,
+        headers: Sequence[Headers] | None,
+        postgres: bool = False,
     ) -> ColumnarBatch | None:
         codes_array = pc.index_in(parsed.column(0), value_set=_OPS)
         if codes_array.null_count:
@@ -238,14 +261,16 @@ class ColumnarDecoder:
             unavailable = (
                 unavailable_lists(missing, names) if "unavailable-columns" in self.metadata else None
             )
-            extra = metadata_columns(self.metadata, self._metadata_types, parsed, unavailable, headers)
+            extra = metadata_columns(
+                self.metadata, self._metadata_types, parsed, unavailable, headers, postgres=postgres
+            )
             if extra is None:
                 return None
             at = pa.array(message)
             arrays.extend(column.take(at) for column in extra)
         arrays.append(_KINDS.take(pa.array(kinds)))
         rows = pa.RecordBatch.from_arrays(arrays, schema=self._output)
-        return ColumnarBatch(rows, pa.array(positions[message]), len(codes))
+        return ColumnarBatch(rows, pa.array(block.positions[message]), len(codes), len(block.offsets) - 1)
 
     def _unsent(
         self, after: pa.Array, before: pa.Array, has_before: npt.NDArray[np.bool_], name: str

@@ -123,10 +123,10 @@ class BatchDecoder:
                 if result is not None:
                     self._count_columnar(result, messages=None)
                     if result.rows.num_rows:
-                        first_line = line_counter.first_line_of(position, chunk)
+                        first_line = line_counter.first_line_of(position, chunk, lines=result.messages)
                         yield self._arrange_lines(result.rows, result.message_index, path, first_line)
                     else:
-                        line_counter.skip(chunk)
+                        line_counter.skip(result.messages)
                     continue
                 first_line = line_counter.first_line_of(position, chunk, needed=True)
                 messages = [
@@ -257,15 +257,18 @@ class _LineCounter:
         self.needed = needed
         self._next_line: int | None = None if lines_before is None else lines_before + 1
 
-    def first_line_of(self, position: int, chunk: bytes, *, needed: bool = False) -> int:
+    def first_line_of(
+        self, position: int, chunk: bytes, *, lines: int | None = None, needed: bool = False
+    ) -> int:
+        """``lines``: the chunk's, when the caller has counted them."""
         if self._next_line is None:
             if not (needed or self.needed):
                 return 0
             self._next_line = lines_before(self.path, position) + 1
         first = self._next_line
-        self._next_line += chunk.count(b"\n")
+        self._next_line += chunk.count(b"\n") if lines is None else lines
         return first
 
-    def skip(self, chunk: bytes) -> None:
+    def skip(self, lines: int) -> None:
         if self._next_line is not None:
-            self._next_line += chunk.count(b"\n")
+            self._next_line += lines

@@ -3,11 +3,11 @@
 With the source option ``handoffPath`` each input range's decoded changelog goes to one Arrow IPC
 file in that directory, and the range's task yields one row naming it (:data:`FILE_COLUMN`, with
 :data:`ROWS_COLUMN`). The driver reads the files of a micro-batch straight into one Arrow table: the
-table ``toArrow`` would give, without the executors' Arrow → row conversion and the driver's row →
-Arrow one, which cost as much CPU as the decoding. The directory must be local to the driver and every executor (a local
-master); ``cdcflow ingest`` sets it in its checkpoint when that holds. The changelog's Spark schema
-rides in the metadata of the DataFrame's first column (:data:`CHANGELOG_KEY`), so the driver knows it
-without planning the read again.
+table ``toArrow`` would give, without the executors' Arrow → row conversion and the driver's
+row → Arrow one, which cost as much CPU as the decoding. The directory must be local to the driver
+and every executor (a local master); ``cdcflow ingest`` sets it in its checkpoint when that holds.
+The changelog's Spark schema rides in the metadata of the DataFrame's first column
+(:data:`CHANGELOG_KEY`), so the driver knows it without planning the read again.
 """
 
 from __future__ import annotations

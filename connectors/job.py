@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, TextIO
 import pyarrow.compute as pc
 
 from cdcflow.connectors.errors import ConnectorError, ConnectorOptionError
-from cdcflow.connectors.session import cdcflow_spark_config
+from cdcflow.connectors.session import cdcflow_spark_config, installed_pyspark_workers
 from cdcflow.connectors.source_options import CONTROL_COLUMN
 from cdcflow.connectors.spark_types import changes_from_arrow, schema_of_struct
 from cdcflow.formats import render_change
@@ -159,7 +159,8 @@ def local_session(app_name: str = "cdcflow", config: Mapping[str, str] | None = 
             "spark.ui.showConsoleProgress": "false",
         }.items():
             builder = builder.config(key, value)
-        session = builder.getOrCreate()
+        with installed_pyspark_workers():
+            session = builder.getOrCreate()
         # A failed query's error reaches the caller; Spark's ERROR lines would repeat it with stack traces.
         session.sparkContext.setLogLevel("FATAL")
     import signal

@@ -37,9 +37,13 @@ from cdcflow.formats.values import InexactNumber, loads_exact
 Headers = tuple[tuple[str, bytes | None], ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)
 class Message:
-    """One Kafka record (or one line of a recorded file): the bytes and where they came from."""
+    """One Kafka record (or one line of a recorded file): the bytes and where they came from.
+
+    Never changed once built, but not ``frozen``: a frozen dataclass's constructor sets each field
+    through ``object.__setattr__`` (2.7 µs against 0.5 µs), and a read builds one per record.
+    """
 
     value: bytes | None
     key: bytes | None = None

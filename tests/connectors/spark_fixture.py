@@ -36,18 +36,19 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from cdcflow.connectors.session import cdcflow_spark_config
+    from cdcflow.connectors.session import cdcflow_spark_config, installed_pyspark_workers
 
     builder = SparkSession.builder.master("local[2]").appName("cdcflow-tests")
     for key, value in {**cdcflow_spark_config(), **spark_stack_config()}.items():
         builder = builder.config(key, value)
-    session = (
+    builder = (
         builder.config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.warehouse.dir", str(tmp_path_factory.mktemp("warehouse")))
-        .getOrCreate()
     )
+    with installed_pyspark_workers():
+        session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

@@ -95,11 +95,16 @@ class Pair:
         return PerRecord(_comparable(self._builder.build(out.changes)), origins)
 
     def check(
-        self, values: Sequence[bytes | None], headers: Sequence[Headers] | None = None
+        self, values: Sequence[bytes | None], headers: Sequence[Headers] | None = None, *, fresh: bool = True
     ) -> ColumnarBatch | None:
         """The columnar result, asserted equal to the per-record one whenever it is not None, and the
         same from Arrow arrays of the values (binary, and a slice of a large_binary one, as Spark's
-        Kafka source hands them to ``decode_kafka``)."""
+        Kafka source hands them to ``decode_kafka``).
+
+        ``fresh``: by a new copy of the columnar decoder, which parses PostgreSQL's position fields only
+        until a block has another connector's (the copies after it may parse them all)."""
+        if fresh:
+            self.columnar = pickle.loads(pickle.dumps(self.columnar))
         result = self._checked(self.columnar.decode(values, headers=headers), values, headers)
         padded = pa.array([b"{}", *values, None], pa.large_binary()).slice(1, len(values))
         for array in (pa.array(values, pa.binary()), padded):
@@ -742,6 +747,30 @@ def test_ingest_blocks_with_positions_placeholders_and_key_headers_take_the_colu
     assert [row["unavailable_columns"] for row in rows] == [[], ["description"], [], [], []]
     assert [row["description"] for row in rows][1:3] == [None, "small"]
     assert [row["new_key"] for row in rows] == [None, None, None, '{"id":2}', None]
+
+
+def test_one_decoder_reads_postgres_then_other_positions_then_postgres_again() -> None:
+    """A task's decoder parses PostgreSQL's position fields only until a block has another form; the
+    blocks before, the block that has it and the blocks after all decode as per record."""
+    pair = Pair(PRODUCTS, INGEST_OPTIONS, INGEST_METADATA)
+    postgres = {"connector": "postgresql", "sequence": '["10","20"]', "lsn": 20, "ts_ms": 7}
+    mysql = {"connector": "mysql", "file": "mysql-bin.000003", "pos": 154, "row": 2, "ts_ms": 8}
+    sqlserver = {"connector": "sqlserver", "commit_lsn": "00000025:00000d98:0002", "event_serial_no": 1}
+
+    def block(*sources: dict[str, Any]) -> list[bytes | None]:
+        return [orjson.dumps({"op": "c", "after": ROW, "source": source}) for source in sources]
+
+    sequences = []
+    for sources in ((postgres, postgres), (postgres, mysql), (postgres,), (sqlserver, postgres)):
+        result = pair.check(block(*sources), fresh=False)
+        assert result is not None
+        sequences.append(result.rows.column("source_sequence").to_pylist())
+    assert sequences == [
+        [[10, 20], [10, 20]],
+        [[10, 20], [3, 154, 2]],
+        [[10, 20]],
+        [[37, 3480, 2, 0, 0, 0, 1], [10, 20]],  # commit_lsn, change_lsn (null: 0s), event_serial_no
+    ]
 
 
 def test_real_postgres_events_with_the_ingest_configuration_decode_as_per_record() -> None:
