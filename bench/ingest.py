@@ -374,6 +374,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--file-batch-bytes", type=int, default=DEFAULT_MAX_BYTES_PER_TRIGGER)
     parser.add_argument("--kafka-batch-records", type=int, default=DEFAULT_MAX_OFFSETS_PER_TRIGGER)
     args = parser.parse_args(argv)
+    if args.rounds < 1 or args.warmup < 0:
+        parser.error("--rounds: at least 1; --warmup: 0 or more")
     sources = [s.strip() for s in args.sources.split(",") if s.strip()]
     if not sources or set(sources) - set(SOURCES):
         parser.error(f"--sources: one or more of {', '.join(SOURCES)}")

@@ -229,7 +229,7 @@ class ColumnarDecoder:
         parsed: pa.RecordBatch,
         block: Block,
         headers: Sequence[Headers] | None,
-        postgres: bool = False,
+        postgres: bool,
     ) -> ColumnarBatch | None:
         codes_array = pc.index_in(parsed.column(0), value_set=_OPS)
         if codes_array.null_count:

@@ -112,17 +112,21 @@ def worker_spark_home(cache: Path | None = None) -> str | None:
     try:
         root.joinpath("spark-home").mkdir(parents=True, exist_ok=True)
         building = Path(tempfile.mkdtemp(prefix=f".{home.name}-", dir=home.parent))
-        for entry in package.iterdir():
-            if entry.name != "python":
-                (building / entry.name).symlink_to(entry)
-        (building / "python" / "lib").mkdir(parents=True)
-        for entry in (package / "python").iterdir():
-            if entry.name != "lib":
-                (building / "python" / entry.name).symlink_to(entry)
-        try:
-            building.rename(home)
-        except OSError:  # another process built it first
-            shutil.rmtree(building, ignore_errors=True)
     except OSError:
         return None
+    try:
+        _link_entries(package, building, but="python")
+        _link_entries(package / "python", building / "python", but="lib")
+        (building / "python" / "lib").mkdir()
+        building.rename(home)
+    except OSError:  # a read-only cache, or another process built it first
+        shutil.rmtree(building, ignore_errors=True)
     return str(home) if (home / "bin" / "spark-submit").is_file() else None
+
+
+def _link_entries(source: Path, target: Path, *, but: str) -> None:
+    """Links in ``target`` (created) to every entry of ``source`` except the one named ``but``."""
+    target.mkdir(exist_ok=True)
+    for entry in source.iterdir():
+        if entry.name != but:
+            (target / entry.name).symlink_to(entry)

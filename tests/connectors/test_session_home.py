@@ -69,4 +69,4 @@ def test_the_test_sessions_workers_import_the_installed_pyspark(spark: SparkSess
     found = spark.sparkContext.parallelize([0], 1).mapPartitions(origin).collect()
     assert Path(found[0]).resolve() == Path(pyspark.__file__).resolve()
     assert ".zip" not in found[0]
-    assert found[1] != str(PACKAGE)
+    assert found[1] == worker_spark_home()  # the JVM's SPARK_HOME, passed on to its workers
