@@ -74,6 +74,8 @@ class ReadPlan:
     max_offsets_per_trigger: int
     max_bytes_per_trigger: int
     max_records_per_partition: int
+    min_partitions: int = 0
+    """``minPartitions``: a recorded file's micro-batch is split into at least this many ranges."""
     accounting_path: str | None = None
     """Where each input range's message counts go (``accountingPath``), or None."""
     handoff_path: str | None = None
@@ -151,6 +153,7 @@ def plan_read(
         max_offsets_per_trigger=options.get("maxOffsetsPerTrigger"),
         max_bytes_per_trigger=options.get("maxBytesPerTrigger"),
         max_records_per_partition=max(1, options.get("maxRecordsPerPartition")),
+        min_partitions=options.get("minPartitions"),
         accounting_path=_local_directory(options, "accountingPath"),
         handoff_path=handoff,
         changelog=changelog,

@@ -1,8 +1,9 @@
 """The batch and streaming readers of the ``cdc-*`` sources, over Kafka or recorded files.
 
 Offsets are Spark's checkpointed dicts: ``{"topic": {"0": 42}}`` (next offset to read per Kafka
-partition) or ``{"files": {"/path": 1024}}`` (bytes read per replayed file). Planning runs on the
-driver; ``read`` runs on an executor with a pickled copy of the reader and creates its clients there.
+partition) or ``{"files": {"/path": 1024}, "split": {"bytes": 4096}}`` (bytes read per replayed file,
+and the length of the micro-batch's ranges). Planning runs on the driver; ``read`` runs on an
+executor with a pickled copy of the reader and creates its clients there.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ MAX_SPLIT_BYTES = 128 << 20
 """A replayed file's splits are at most this long (and equal, so that the cores finish together)."""
 
 Offsets = dict[str, dict[str, int]]
+SPLIT_KEY = "split"
+"""A recorded files' end offset keeps the length of its batch's ranges here: ``{"bytes": n}``."""
 
 
 @dataclass(frozen=True)
@@ -118,8 +121,23 @@ def _file_ranges(path: str, start: int, end: int, target_bytes: int) -> list[Fil
     return [FileRange(path, a, b, n) for (a, b), n in zip(pieces, lines, strict=True)]
 
 
-def _replay_partitions(plan: ReadPlan, start: Offsets, end: Offsets) -> list[CdcInputPartition]:
+def _split_bytes(plan: ReadPlan, start: Offsets, end: Offsets) -> int:
+    """How long a micro-batch's file ranges are: the length its end offset records (so a batch that a
+    restart replays is read in the same ranges, whatever the options or the machine are now), else at
+    most ``maxRecordsPerPartition`` records' worth, short enough for ``minPartitions`` ranges."""
+    recorded = end.get(SPLIT_KEY, {}).get("bytes")
+    if recorded is not None:
+        return max(1, recorded)
     target = min(plan.max_records_per_partition * BYTES_PER_RECORD, MAX_SPLIT_BYTES)
+    if plan.min_partitions > 0:
+        begun = start.get("files", {})
+        total = sum(max(0, size - begun.get(path, 0)) for path, size in end.get("files", {}).items())
+        target = min(target, max(1, -(-total // plan.min_partitions)))
+    return target
+
+
+def _replay_partitions(plan: ReadPlan, start: Offsets, end: Offsets) -> list[CdcInputPartition]:
+    target = _split_bytes(plan, start, end)
     begun, ended = start.get("files", {}), end.get("files", {})
     for path, size in ended.items():
         if size < begun.get(path, 0):
@@ -232,7 +250,10 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
         latest = self._available_now if self._available_now is not None else self._latest()
         if isinstance(self.plan.input, ReplayInput):
-            return _limit_bytes(start, latest, self.plan.max_bytes_per_trigger)
+            end = _limit_bytes(start, latest, self.plan.max_bytes_per_trigger)
+            if end["files"] == start.get("files", {}):
+                return start  # nothing new: the same offset, so Spark plans no micro-batch
+            return {**end, SPLIT_KEY: {"bytes": _split_bytes(self.plan, start, end)}}
         if isinstance(limit, ReadMaxRows):
             new_starts = _new_partition_starts(self.plan, start, latest)
             return kafka_client.limit_offsets(start, latest, limit.max_rows, new_partition_start=new_starts)

@@ -19,6 +19,14 @@ from cdcflow.formats.options import Option, boolean, choice, integer, names, opt
 from cdcflow.formats.redact import redacted_repr
 from cdcflow.formats.registry import FormatFactory
 
+
+def _count(text: str) -> int:
+    value = integer(text)
+    if value < 0:
+        raise ValueError(f"'{text}' is negative: give 0 or a positive number")
+    return value
+
+
 CONTROL_COLUMN = "_control"
 """With ``controlEvents=emit``: the column naming a control event's kind (null on change rows)."""
 
@@ -106,6 +114,13 @@ CONNECTOR_OPTIONS: tuple[Option[Any], ...] = (
         integer,
         200_000,
         "Split a Kafka partition range (or a replay file, by ~400 bytes a record) into input partitions",
+    ),
+    Option(
+        "minPartitions",
+        _count,
+        0,
+        "Recorded files: split each micro-batch into at least this many input partitions of equal length "
+        "(0: by maxRecordsPerPartition only); the split is kept in the checkpoint's offsets",
     ),
     Option("topic", optional_string, None, "Sink: the Kafka topic to write (also the Avro subject's topic)"),
     Option("keyColumns", names, (), "Sink (required): the primary-key columns that form the Kafka key"),

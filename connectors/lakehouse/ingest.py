@@ -348,6 +348,9 @@ def _run(
         add_metadata(options, *origin_metadata)
     if handoff_path is not None:
         options["handoffPath"] = handoff_path
+    if config.path and given_key(options, "minPartitions") is None:
+        # A batch in one range per core: each range has a fixed cost, and fewer of them decode faster.
+        options["minPartitions"] = str(max(1, session.sparkContext.defaultParallelism))
     added = {f.name for f in parse_ddl(options["addedColumns"])} if "addedColumns" in options else set()
     while True:
         changelog = session.readStream.format(config.source).options(**options).load()
@@ -427,8 +430,9 @@ def _lag(last: Mapping[str, Any] | None) -> str:
     end, latest = _parse(source.get("endOffset")), _parse(source.get("latestOffset"))
     if latest is None or end is None:
         return "-"
-    unit = "bytes" if "files" in latest else "records"
-    return f"{max(0, _total(latest) - _total(end)):,} {unit}"
+    if "files" in latest:  # recorded files: bytes per file (the end offset also has its split length)
+        return f"{max(0, _total(latest['files']) - _total(end.get('files'))):,} bytes"
+    return f"{max(0, _total(latest) - _total(end)):,} records"
 
 
 def _parse(value: Any) -> Any:

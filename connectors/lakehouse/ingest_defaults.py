@@ -2,8 +2,9 @@
 
 - Bounded micro-batches: at most ``DEFAULT_MAX_OFFSETS_PER_TRIGGER`` Kafka records or about
   ``DEFAULT_MAX_BYTES_PER_TRIGGER`` bytes of recorded files per micro-batch, unless the user sets a limit
-  (0 = none), since each batch is collected on the driver; each in input partitions of at most
-  ``DEFAULT_RECORDS_PER_PARTITION`` records, so that every core decodes.
+  (0 = none), since each batch is collected on the driver; a Kafka batch in input partitions of at
+  most ``DEFAULT_RECORDS_PER_PARTITION`` records, so that every core decodes (a file's batch: in one
+  range per core, ``minPartitions``, which the job sets from the session when it starts).
 - Control events as rows (``controlEvents=emit``): the applier applies a TRUNCATE exactly once and
   counts the others.
 - Debezium: ``changelog-mode=upsert`` (an update is its +U row: the merge needs no -U, and tables
@@ -24,7 +25,7 @@ from cdcflow.connectors.source_options import CONTROL_COLUMN
 
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 100_000
 DEFAULT_MAX_BYTES_PER_TRIGGER = 64 << 20
-#: Input partitions of about 20 MB of file (or 50k Kafka records): a batch is decoded on every core.
+#: Kafka input partitions of at most 50k records: a batch is decoded on every core.
 DEFAULT_RECORDS_PER_PARTITION = 50_000
 #: Debezium metadata the applier reads: (metadata key, its column, the ApplyOptions field naming it).
 DEBEZIUM_LINKS = (
@@ -91,7 +92,7 @@ def add_source_defaults(
     if given is None:
         default = DEFAULT_MAX_OFFSETS_PER_TRIGGER if kafka else DEFAULT_MAX_BYTES_PER_TRIGGER
         options[name] = flag if flag is not None else str(default)
-    if given_key(options, "maxRecordsPerPartition") is None:
+    if kafka and given_key(options, "maxRecordsPerPartition") is None:
         options["maxRecordsPerPartition"] = str(DEFAULT_RECORDS_PER_PARTITION)
     if given_key(options, "controlEvents") is None:
         options["controlEvents"] = "emit"

@@ -162,6 +162,36 @@ def test_replay_partitions_cover_each_file_once_and_skip_empty_files(tmp_path: P
     assert values == [b"x" * 1000] + [b"y"] * 5
 
 
+def test_min_partitions_splits_a_batch_and_its_offsets_keep_the_split_for_a_restart(tmp_path: Path) -> None:
+    lines = EXCLUDE.read_bytes().splitlines(keepends=True)
+    source = tmp_path / "a.txt"
+    source.write_bytes(b"".join(lines))
+    size = source.stat().st_size
+
+    def reader(**options: str) -> CdcStreamReader:
+        settings = {"path": str(tmp_path), "columns": PRODUCTS, **options}
+        return CdcStreamReader(plan_read("debezium-json", settings, None))
+
+    three = reader(minPartitions="3")
+    start = three.initialOffset()
+    end = three.latestOffset(start, three.getDefaultReadLimit())
+    assert end == {"files": {str(source): size}, "split": {"bytes": -(-size // 3)}}
+    planned = [p.split for p in three.partitions(start, end) if isinstance(p, CdcInputPartition)]
+    assert len(planned) == 3 and planned[0].start == 0 and planned[-1].end == size
+    # A restart on another machine (other options) replays the logged batch in the same ranges.
+    again = reader(minPartitions="5")
+    assert [p.split for p in again.partitions(start, end) if isinstance(p, CdcInputPartition)] == planned
+    # No new bytes: the same offset, split and all, so Spark plans no batch.
+    assert again.latestOffset(end, again.getDefaultReadLimit()) == end
+    # An offset logged before the split was recorded is read as the options say.
+    old = {"files": end["files"]}
+    assert len(again.partitions(start, old)) == 5
+    rows = [row for p in three.partitions(start, end) for b in three.read(p) for row in b.to_pylist()]
+    assert [render(row) for row in rows] == GOLDEN_ROWS
+    with pytest.raises(ConnectorOptionError, match="minPartitions"):
+        reader(minPartitions="-1")
+
+
 def _stream_reader(path: Path, max_bytes: int) -> CdcStreamReader:
     options = {"path": str(path), "columns": PRODUCTS, "maxBytesPerTrigger": str(max_bytes)}
     return CdcStreamReader(plan_read("debezium-json", options, None))

@@ -83,13 +83,13 @@ def test_config_file_settings_are_overridden_by_flags(tmp_path: Path) -> None:
     assert ingest_config.key == ("id", "region")
     assert ingest_config.target == "/lake/other"
     assert ingest_config.sequence_by == "ts"
-    # The user's limit stays; the job splits batches for every core, adds controlEvents=emit so that a
-    # TRUNCATE (a Canal DDL) is applied, and keeps the source's message counts in its checkpoint.
+    # The user's limit stays; the job adds controlEvents=emit so that a TRUNCATE (a Canal DDL) is
+    # applied, and keeps the source's message counts in its checkpoint (a file's batches are split for
+    # every core when the query starts: minPartitions, from the session).
     assert ingest_config.source_options() == {
         "maxBytesPerTrigger": "1000",
         "a": "b",
         "path": "/data/orders",
-        "maxRecordsPerPartition": "50000",
         "controlEvents": "emit",
         "accountingPath": "/chk/orders/cdcflow-accounting",
     }
@@ -323,6 +323,39 @@ def test_a_truncate_in_the_middle_of_a_recorded_stream_lands_exactly_once(
     assert second.batches >= 1
     assert table() == events.table
     assert all(table()[key] == row for key, row in kept.items() if key < 150)  # not truncated again
+
+
+def test_a_recorded_files_micro_batches_are_read_in_one_range_per_core(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each range has a fixed cost, so the job splits a file's batch into as many as the session has
+    cores, and records the ranges' length in the batch's offsets, where a restart reads it."""
+    monkeypatch.setattr(ingest_defaults, "DEFAULT_MAX_BYTES_PER_TRIGGER", 12_000)
+    events = PostgresEvents()
+    for key in range(300):
+        events.upsert(key, f"name {key}")
+    path = tmp_path / "items.jsonl"
+    path.write_bytes(b"\n".join(events.lines) + b"\n")
+    config = IngestConfig(
+        format="debezium-json",
+        key=("id",),
+        target=str(tmp_path / "items"),
+        checkpoint=str(tmp_path / "checkpoint"),
+        path=str(path),
+        schema=ITEMS,
+    )
+    summary = ingest(config, spark)
+    assert summary.batches >= 3
+    cores = spark.sparkContext.defaultParallelism
+    begin = 0
+    for batch in range(summary.batches):
+        offsets = json.loads((tmp_path / "checkpoint" / "offsets" / str(batch)).read_text().splitlines()[-1])
+        end = offsets["files"][str(path)]
+        assert offsets["split"] == {"bytes": -(-(end - begin) // cores)}
+        begin = end
+    assert begin == path.stat().st_size
+    rows = DeltaTable(config.target).to_pyarrow_table().to_pylist()
+    assert {row["id"]: row for row in rows} == events.table
 
 
 def test_a_topic_larger_than_the_default_bound_is_read_in_several_micro_batches(
