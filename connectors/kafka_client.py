@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from cdcflow.connectors.errors import KafkaConnectorError
 from cdcflow.connectors.kafka_options import (
@@ -44,6 +44,9 @@ from cdcflow.connectors.kafka_ranges import (
 )
 from cdcflow.connectors.kafka_reader import new_consumer, read_range
 from cdcflow.formats import Message
+
+if TYPE_CHECKING:
+    from confluent_kafka import Consumer
 
 __all__ = [
     "EARLIEST",
@@ -86,16 +89,17 @@ def producer_config(options: Mapping[str, str]) -> ClientConfig:
     return ClientConfig.from_options(options)
 
 
-def discover_partitions(options: KafkaOptions) -> list[TopicPartition]:
-    """The partitions the subscription covers now, sorted; ``assign`` as given."""
+def discover_partitions(options: KafkaOptions, consumer: Consumer | None = None) -> list[TopicPartition]:
+    """The partitions the subscription covers now, sorted; ``assign`` as given. ``consumer``: the
+    client to ask (left open), else one created and closed here."""
     subscription = options.subscription
     if subscription.kind == "assign":
         return list(subscription.partitions)
-    consumer = new_consumer(options)
+    client = consumer if consumer is not None else new_consumer(options)
     from confluent_kafka import KafkaException
 
     try:
-        metadata = consumer.list_topics(timeout=options.poll_timeout_s)
+        metadata = client.list_topics(timeout=options.poll_timeout_s)
     except KafkaException as error:
         raise KafkaConnectorError(
             f"could not list the topics of Kafka at bootstrap servers {options.client.bootstrap_servers} "
@@ -103,7 +107,8 @@ def discover_partitions(options: KafkaOptions) -> list[TopicPartition]:
             "kafka.bootstrap.servers and that the brokers are up (kafkaConsumer.pollTimeoutMs is the timeout)"
         ) from None
     finally:
-        consumer.close()
+        if consumer is None:
+            client.close()
     found = {
         name: sorted(topic.partitions)
         for name, topic in metadata.topics.items()
@@ -124,10 +129,11 @@ def discover_partitions(options: KafkaOptions) -> list[TopicPartition]:
 
 
 def offset_bounds(
-    options: KafkaOptions, partitions: Iterable[TopicPartition]
+    options: KafkaOptions, partitions: Iterable[TopicPartition], consumer: Consumer | None = None
 ) -> dict[TopicPartition, tuple[int, int]]:
-    """Low and high watermarks (first offset, offset after the last record) of each partition."""
-    consumer = new_consumer(options)
+    """Low and high watermarks (first offset, offset after the last record) of each partition.
+    ``consumer``: the client to ask (left open), else one created and closed here."""
+    client = consumer if consumer is not None else new_consumer(options)
     from confluent_kafka import KafkaException
     from confluent_kafka import TopicPartition as KafkaTopicPartition
 
@@ -135,7 +141,7 @@ def offset_bounds(
     try:
         for tp in partitions:
             try:
-                bounds[tp] = consumer.get_watermark_offsets(
+                bounds[tp] = client.get_watermark_offsets(
                     KafkaTopicPartition(tp.topic, tp.partition), timeout=options.poll_timeout_s, cached=False
                 )
             except KafkaException as error:
@@ -145,7 +151,8 @@ def offset_bounds(
                     "partition exists and the brokers are reachable"
                 ) from None
     finally:
-        consumer.close()
+        if consumer is None:
+            client.close()
     return bounds
 
 
@@ -164,7 +171,12 @@ def stream_starting_offsets(options: KafkaOptions) -> Offsets:
 
 def latest_offsets(options: KafkaOptions) -> Offsets:
     """The high watermark of every partition the subscription covers now."""
-    return {tp: high for tp, (_, high) in offset_bounds(options, discover_partitions(options)).items()}
+    consumer = new_consumer(options)  # one client, one connection, for both questions
+    try:
+        bounds = offset_bounds(options, discover_partitions(options, consumer), consumer)
+    finally:
+        consumer.close()
+    return {tp: high for tp, (_, high) in bounds.items()}
 
 
 def sample_messages(options: KafkaOptions, limit: int) -> Iterator[Message]:

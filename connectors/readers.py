@@ -232,6 +232,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, plan: ReadPlan) -> None:
         self.plan = plan
         self._available_now: Offsets | None = None
+        self._last_latest: Offsets | None = None
 
     def initialOffset(self) -> Offsets:
         if isinstance(self.plan.input, ReplayInput):
@@ -249,6 +250,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def latestOffset(self, start: Offsets, limit: ReadLimit) -> Offsets:
         latest = self._available_now if self._available_now is not None else self._latest()
+        self._last_latest = latest
         if isinstance(self.plan.input, ReplayInput):
             end = _limit_bytes(start, latest, self.plan.max_bytes_per_trigger)
             if end["files"] == start.get("files", {}):
@@ -260,7 +262,9 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return latest
 
     def reportLatestOffset(self) -> Offsets:
-        return self._latest()
+        """What the last ``latestOffset`` saw (Spark asks right after it, every micro-batch, for its
+        progress report): asking Kafka again cost a metadata and a watermark query per batch."""
+        return self._last_latest if self._last_latest is not None else self._latest()
 
     def _latest(self) -> Offsets:
         if isinstance(self.plan.input, ReplayInput):

@@ -192,6 +192,20 @@ def test_min_partitions_splits_a_batch_and_its_offsets_keep_the_split_for_a_rest
         reader(minPartitions="-1")
 
 
+def test_the_reported_latest_offset_is_what_the_batch_was_planned_against(tmp_path: Path) -> None:
+    """Spark asks for it right after latestOffset, every batch: the answer is not looked up again."""
+    lines = EXCLUDE.read_bytes().splitlines(keepends=True)
+    source = tmp_path / "a.txt"
+    source.write_bytes(b"".join(lines[:4]))
+    reader = _stream_reader(tmp_path, 0)
+    assert reader.reportLatestOffset() == {"files": {str(source): source.stat().st_size}}  # none planned yet
+    planned = reader.latestOffset(reader.initialOffset(), reader.getDefaultReadLimit())
+    source.write_bytes(b"".join(lines))
+    assert reader.reportLatestOffset() == {"files": planned["files"]}
+    later = reader.latestOffset(planned, reader.getDefaultReadLimit())
+    assert reader.reportLatestOffset() == {"files": later["files"]} != {"files": planned["files"]}
+
+
 def _stream_reader(path: Path, max_bytes: int) -> CdcStreamReader:
     options = {"path": str(path), "columns": PRODUCTS, "maxBytesPerTrigger": str(max_bytes)}
     return CdcStreamReader(plan_read("debezium-json", options, None))
