@@ -42,6 +42,7 @@ _READ_SIDE = {
     "maxoffsetspertrigger": "set maxOffsetsPerTrigger on Spark's Kafka source",
     "maxbytespertrigger": "it is a file-replay option of the cdc-* sources",
     "maxrecordsperpartition": "set minPartitions / maxRecordsPerPartition on Spark's Kafka source",
+    "minpartitions": "set minPartitions on Spark's Kafka source",
     "topic": "it is a sink option",
     "keycolumns": "it is a sink option",
     "keyordercheck": "it is a sink option",

@@ -32,6 +32,8 @@ BYTES_PER_RECORD = 400
 """A replayed file is split as if a record were this long (Debezium envelopes are ~0.4-2 kB)."""
 MAX_SPLIT_BYTES = 128 << 20
 """A replayed file's splits are at most this long (and equal, so that the cores finish together)."""
+MIN_SPLIT_BYTES = 1 << 20
+"""``minPartitions`` splits a file's micro-batch no finer than this: each range has a fixed cost."""
 
 Offsets = dict[str, dict[str, int]]
 SPLIT_KEY = "split"
@@ -121,23 +123,27 @@ def _file_ranges(path: str, start: int, end: int, target_bytes: int) -> list[Fil
     return [FileRange(path, a, b, n) for (a, b), n in zip(pieces, lines, strict=True)]
 
 
-def _split_bytes(plan: ReadPlan, start: Offsets, end: Offsets) -> int:
+def _split_bytes(plan: ReadPlan, end: Offsets) -> int:
     """How long a micro-batch's file ranges are: the length its end offset records (so a batch that a
-    restart replays is read in the same ranges, whatever the options or the machine are now), else at
-    most ``maxRecordsPerPartition`` records' worth, short enough for ``minPartitions`` ranges."""
+    restart replays is read in the same ranges, whatever the options or the machine are now), else
+    ``maxRecordsPerPartition`` records' worth, as every batch logged without ``minPartitions`` is."""
     recorded = end.get(SPLIT_KEY, {}).get("bytes")
     if recorded is not None:
         return max(1, recorded)
-    target = min(plan.max_records_per_partition * BYTES_PER_RECORD, MAX_SPLIT_BYTES)
-    if plan.min_partitions > 0:
-        begun = start.get("files", {})
-        total = sum(max(0, size - begun.get(path, 0)) for path, size in end.get("files", {}).items())
-        target = min(target, max(1, -(-total // plan.min_partitions)))
-    return target
+    return min(plan.max_records_per_partition * BYTES_PER_RECORD, MAX_SPLIT_BYTES)
+
+
+def _planned_split(plan: ReadPlan, start: Offsets, end: Offsets) -> int:
+    """The length of the ranges of a new micro-batch ``[start, end)`` under ``minPartitions``: short
+    enough for that many ranges (and for maxRecordsPerPartition), not below ``MIN_SPLIT_BYTES``."""
+    target = _split_bytes(plan, {})
+    begun = start.get("files", {})
+    total = sum(max(0, size - begun.get(path, 0)) for path, size in end.get("files", {}).items())
+    return min(target, max(MIN_SPLIT_BYTES, -(-total // plan.min_partitions)))
 
 
 def _replay_partitions(plan: ReadPlan, start: Offsets, end: Offsets) -> list[CdcInputPartition]:
-    target = _split_bytes(plan, start, end)
+    target = _split_bytes(plan, end)
     begun, ended = start.get("files", {}), end.get("files", {})
     for path, size in ended.items():
         if size < begun.get(path, 0):
@@ -155,7 +161,9 @@ def _replay_partitions(plan: ReadPlan, start: Offsets, end: Offsets) -> list[Cdc
 def _kafka_partitions(plan: ReadPlan, ranges: list[kafka_client.OffsetRange]) -> list[CdcInputPartition]:
     return [
         CdcInputPartition(split)
-        for split in kafka_client.split_ranges(ranges, plan.max_records_per_partition)
+        for split in kafka_client.split_ranges(
+            ranges, plan.max_records_per_partition, min_partitions=plan.min_partitions or None
+        )
     ]
 
 
@@ -216,7 +224,10 @@ class CdcBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         plan = self.plan
         if isinstance(plan.input, ReplayInput):
-            return _replay_partitions(plan, {}, _file_sizes(plan))
+            sizes = _file_sizes(plan)
+            if plan.min_partitions > 0:  # read once: no restart to plan the same ranges for
+                sizes = {**sizes, SPLIT_KEY: {"bytes": _planned_split(plan, {}, sizes)}}
+            return _replay_partitions(plan, {}, sizes)
         assert isinstance(plan.input, KafkaInput)  # noqa: S101 - a source reads Kafka or files
         options = plan.input.options
         ranges = kafka_client.batch_ranges(
@@ -255,7 +266,9 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             end = _limit_bytes(start, latest, self.plan.max_bytes_per_trigger)
             if end["files"] == start.get("files", {}):
                 return start  # nothing new: the same offset, so Spark plans no micro-batch
-            return {**end, SPLIT_KEY: {"bytes": _split_bytes(self.plan, start, end)}}
+            if self.plan.min_partitions > 0:
+                return {**end, SPLIT_KEY: {"bytes": _planned_split(self.plan, start, end)}}
+            return end
         if isinstance(limit, ReadMaxRows):
             new_starts = _new_partition_starts(self.plan, start, latest)
             return kafka_client.limit_offsets(start, latest, limit.max_rows, new_partition_start=new_starts)

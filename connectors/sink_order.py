@@ -131,9 +131,9 @@ def check_disjoint_keys(reports: Sequence[tuple[int, bytes]], batch: str, key_co
         "changes out of order. The batch fails here so that nothing builds on it (a stream writes it again "
         f"on restart, from its checkpoint). Fix: {fix_hint(key_columns)}. A cdc-* source read straight "
         "into this sink splits a Kafka partition's range (or a file) into several tasks above "
-        "maxRecordsPerPartition: bound each micro-batch below it (maxOffsetsPerTrigger / "
-        "maxBytesPerTrigger) or raise it. Or set keyOrderCheck=false if the order of a key's changes "
-        "does not matter downstream"
+        "maxRecordsPerPartition (or for minPartitions): bound each micro-batch below it "
+        "(maxOffsetsPerTrigger / maxBytesPerTrigger) or raise it, and leave minPartitions unset. Or set "
+        "keyOrderCheck=false if the order of a key's changes does not matter downstream"
     )
 
 

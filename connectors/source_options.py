@@ -19,16 +19,15 @@ from cdcflow.formats.options import Option, boolean, choice, integer, names, opt
 from cdcflow.formats.redact import redacted_repr
 from cdcflow.formats.registry import FormatFactory
 
+CONTROL_COLUMN = "_control"
+"""With ``controlEvents=emit``: the column naming a control event's kind (null on change rows)."""
+
 
 def _count(text: str) -> int:
     value = integer(text)
     if value < 0:
         raise ValueError(f"'{text}' is negative: give 0 or a positive number")
     return value
-
-
-CONTROL_COLUMN = "_control"
-"""With ``controlEvents=emit``: the column naming a control event's kind (null on change rows)."""
 
 
 class DeliveryGuarantee(Enum):
@@ -119,8 +118,9 @@ CONNECTOR_OPTIONS: tuple[Option[Any], ...] = (
         "minPartitions",
         _count,
         0,
-        "Recorded files: split each micro-batch into at least this many input partitions of equal length "
-        "(0: by maxRecordsPerPartition only); the split is kept in the checkpoint's offsets",
+        "Split a micro-batch into about this many input partitions, besides maxRecordsPerPartition "
+        "(0: by it alone): Kafka ranges in proportion to their size, as Spark's Kafka source; a recorded "
+        "file's batch into equal ranges of at least 1 MiB, their length kept in the batch's offsets",
     ),
     Option("topic", optional_string, None, "Sink: the Kafka topic to write (also the Avro subject's topic)"),
     Option("keyColumns", names, (), "Sink (required): the primary-key columns that form the Kafka key"),

@@ -23,6 +23,7 @@ from cdcflow.connectors.lakehouse.control import OnTruncate
 from cdcflow.connectors.lakehouse.delta_io import open_table
 from cdcflow.connectors.lakehouse.delta_sink import DeltaSink, SinkProgress, apply_options
 from cdcflow.connectors.lakehouse.ingest_defaults import (
+    LEGACY_FILE_RECORDS_PER_PARTITION,
     SourceLinks,
     add_metadata,
     add_source_defaults,
@@ -326,6 +327,24 @@ def origin_columns(config: IngestConfig) -> tuple[str, ...]:
     return tuple(name for name in wanted if name not in requested)
 
 
+def _legacy_batch_pending(storage: Storage, config: IngestConfig) -> bool:
+    """Whether the checkpoint's last planned micro-batch is uncommitted and was logged without its
+    ranges' length (by cdcflow before ``minPartitions``): the restart replays it, in the ranges the
+    job planned then, so that its dead letters and counts are written once."""
+    from cdcflow.connectors.readers import SPLIT_KEY
+
+    offsets = join(config.checkpoint, "offsets")
+    batches = [int(name) for name in storage.names(offsets) if name.isdigit()]
+    if not batches or storage.exists(join(config.checkpoint, "commits", str(max(batches)))):
+        return False
+    text = storage.read_text(join(offsets, str(max(batches))))
+    try:
+        logged = json.loads(text.splitlines()[-1]) if text else None
+    except ValueError:
+        return False  # not ours to judge: Spark reads its own log
+    return isinstance(logged, dict) and "files" in logged and SPLIT_KEY not in logged
+
+
 def _run(
     config: IngestConfig,
     session: SparkSession,
@@ -351,6 +370,10 @@ def _run(
     if config.path and given_key(options, "minPartitions") is None:
         # A batch in one range per core: each range has a fixed cost, and fewer of them decode faster.
         options["minPartitions"] = str(max(1, session.sparkContext.defaultParallelism))
+        if given_key(options, "maxRecordsPerPartition") is None and _legacy_batch_pending(
+            sink.storage, config
+        ):
+            options["maxRecordsPerPartition"] = str(LEGACY_FILE_RECORDS_PER_PARTITION)
     added = {f.name for f in parse_ddl(options["addedColumns"])} if "addedColumns" in options else set()
     while True:
         changelog = session.readStream.format(config.source).options(**options).load()

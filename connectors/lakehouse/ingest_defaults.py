@@ -27,6 +27,9 @@ DEFAULT_MAX_OFFSETS_PER_TRIGGER = 100_000
 DEFAULT_MAX_BYTES_PER_TRIGGER = 64 << 20
 #: Kafka input partitions of at most 50k records: a batch is decoded on every core.
 DEFAULT_RECORDS_PER_PARTITION = 50_000
+#: What the job set for recorded files before ``minPartitions``: how an uncommitted batch that such a
+#: version logged is read again.
+LEGACY_FILE_RECORDS_PER_PARTITION = 50_000
 #: Debezium metadata the applier reads: (metadata key, its column, the ApplyOptions field naming it).
 DEBEZIUM_LINKS = (
     ("unavailable-columns", "unavailable_columns", "unavailable_column"),

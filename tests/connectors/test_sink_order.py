@@ -101,7 +101,8 @@ def test_disjoint_tasks_pass_and_a_shared_key_names_the_tasks() -> None:
     text = str(failure.value)
     assert text.startswith("2 key(s) were written by more than one task of micro-batch 4 (tasks 0, 2)")
     assert "order_for_sink(df, ['id']" in text and "keyOrderCheck=false" in text
-    assert "above maxRecordsPerPartition: bound each micro-batch below it (maxOffsetsPerTrigger" in text
+    assert "above maxRecordsPerPartition (or for minPartitions): bound each micro-batch below it" in text
+    assert "(maxOffsetsPerTrigger / maxBytesPerTrigger) or raise it, and leave minPartitions unset" in text
 
 
 COLUMNS = StructType(

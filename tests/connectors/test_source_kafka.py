@@ -98,6 +98,20 @@ def test_starting_and_ending_offsets_per_partition(spark: SparkSession, products
     assert observed(df) == want
 
 
+def test_min_partitions_splits_kafka_ranges_as_spark_does(
+    spark: SparkSession, products: ProductsTopic
+) -> None:
+    df = (
+        products.reader(spark)
+        .option("subscribe", products.name)
+        .option("minPartitions", "6")
+        .option("metadata", KAFKA_METADATA + ",source.table")
+        .load()
+    )
+    assert PARTITIONS == 2 and df.rdd.getNumPartitions() == 6  # each Kafka partition in three ranges
+    assert observed(df) == expected_rows(products.messages)
+
+
 def test_assign_reads_only_the_assigned_partitions(spark: SparkSession, products: ProductsTopic) -> None:
     df = (
         products.reader(spark)

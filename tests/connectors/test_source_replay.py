@@ -26,7 +26,7 @@ from source_cases import (
     topic_records,
 )
 
-from cdcflow.connectors import replay
+from cdcflow.connectors import readers, replay
 from cdcflow.connectors.dead_letters import read_dead_letters
 from cdcflow.connectors.errors import ConnectorOptionError, ReplayFormatError
 from cdcflow.connectors.read_plan import plan_read
@@ -162,7 +162,9 @@ def test_replay_partitions_cover_each_file_once_and_skip_empty_files(tmp_path: P
     assert values == [b"x" * 1000] + [b"y"] * 5
 
 
-def test_min_partitions_splits_a_batch_and_its_offsets_keep_the_split_for_a_restart(tmp_path: Path) -> None:
+def test_min_partitions_splits_a_batch_and_its_offsets_keep_the_split_for_a_restart(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     lines = EXCLUDE.read_bytes().splitlines(keepends=True)
     source = tmp_path / "a.txt"
     source.write_bytes(b"".join(lines))
@@ -172,22 +174,41 @@ def test_min_partitions_splits_a_batch_and_its_offsets_keep_the_split_for_a_rest
         settings = {"path": str(tmp_path), "columns": PRODUCTS, **options}
         return CdcStreamReader(plan_read("debezium-json", settings, None))
 
+    def ranges(of: CdcStreamReader, start: dict[str, Any], end: dict[str, Any]) -> list[FileRange]:
+        return [p.split for p in of.partitions(start, end) if isinstance(p, CdcInputPartition)]
+
+    # Ranges have a fixed cost: a small batch is not cut below MIN_SPLIT_BYTES (1 MiB).
+    small = reader(minPartitions="3")
+    start = small.initialOffset()
+    assert small.latestOffset(start, small.getDefaultReadLimit())["split"] == {
+        "bytes": readers.MIN_SPLIT_BYTES
+    }
+    monkeypatch.setattr(readers, "MIN_SPLIT_BYTES", 1)
     three = reader(minPartitions="3")
-    start = three.initialOffset()
     end = three.latestOffset(start, three.getDefaultReadLimit())
     assert end == {"files": {str(source): size}, "split": {"bytes": -(-size // 3)}}
-    planned = [p.split for p in three.partitions(start, end) if isinstance(p, CdcInputPartition)]
+    planned = ranges(three, start, end)
     assert len(planned) == 3 and planned[0].start == 0 and planned[-1].end == size
     # A restart on another machine (other options) replays the logged batch in the same ranges.
-    again = reader(minPartitions="5")
-    assert [p.split for p in again.partitions(start, end) if isinstance(p, CdcInputPartition)] == planned
+    again = reader(minPartitions="5", maxRecordsPerPartition="1")
+    assert ranges(again, start, end) == planned
     # No new bytes: the same offset, split and all, so Spark plans no batch.
     assert again.latestOffset(end, again.getDefaultReadLimit()) == end
-    # An offset logged before the split was recorded is read as the options say.
+    # An offset logged without a split (before minPartitions, or without it) is planned as it was:
+    # by maxRecordsPerPartition alone (400 bytes a record).
     old = {"files": end["files"]}
-    assert len(again.partitions(start, old)) == 5
+    assert len(ranges(again, start, old)) == -(-size // 400)
+    assert len(ranges(reader(minPartitions="5"), start, old)) == 1
     rows = [row for p in three.partitions(start, end) for b in three.read(p) for row in b.to_pylist()]
     assert [render(row) for row in rows] == GOLDEN_ROWS
+    # A batch read splits the same way, with nothing to record.
+    batch = CdcBatchReader(
+        plan_read("debezium-json", {"path": str(tmp_path), "columns": PRODUCTS, "minPartitions": "3"}, None)
+    )
+    assert [p.split for p in batch.partitions() if isinstance(p, CdcInputPartition)] == planned
+    # Without minPartitions nothing is recorded: the offsets are as before.
+    plain = reader()
+    assert plain.latestOffset(start, plain.getDefaultReadLimit()) == {"files": {str(source): size}}
     with pytest.raises(ConnectorOptionError, match="minPartitions"):
         reader(minPartitions="-1")
 

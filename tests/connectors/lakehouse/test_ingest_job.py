@@ -16,6 +16,8 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdcflow.cli import _parser
+from cdcflow.connectors import readers
+from cdcflow.connectors.lakehouse import ingest as ingest_module
 from cdcflow.connectors.lakehouse import ingest_defaults
 from cdcflow.connectors.lakehouse.control import OnTruncate
 from cdcflow.connectors.lakehouse.delta_sink import SinkProgress
@@ -23,7 +25,9 @@ from cdcflow.connectors.lakehouse.ingest import IngestConfig, IngestSummary, ing
 from cdcflow.connectors.lakehouse.ingest_defaults import (
     DEFAULT_MAX_BYTES_PER_TRIGGER,
     DEFAULT_MAX_OFFSETS_PER_TRIGGER,
+    LEGACY_FILE_RECORDS_PER_PARTITION,
 )
+from cdcflow.connectors.lakehouse.storage import Storage
 from cdcflow.core import CdcflowError, Change, RowKind
 from cdcflow.ingest_cli import config_from, settings
 
@@ -329,11 +333,12 @@ def test_a_recorded_files_micro_batches_are_read_in_one_range_per_core(
     spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each range has a fixed cost, so the job splits a file's batch into as many as the session has
-    cores, and records the ranges' length in the batch's offsets, where a restart reads it."""
-    monkeypatch.setattr(ingest_defaults, "DEFAULT_MAX_BYTES_PER_TRIGGER", 12_000)
+    cores (none below MIN_SPLIT_BYTES), and records the ranges' length in the batch's offsets, where a
+    restart reads it."""
+    monkeypatch.setattr(ingest_defaults, "DEFAULT_MAX_BYTES_PER_TRIGGER", 5 * readers.MIN_SPLIT_BYTES // 2)
     events = PostgresEvents()
-    for key in range(300):
-        events.upsert(key, f"name {key}")
+    for key in range(6000):
+        events.upsert(key, f"name {key} " + "x" * 800)
     path = tmp_path / "items.jsonl"
     path.write_bytes(b"\n".join(events.lines) + b"\n")
     config = IngestConfig(
@@ -351,11 +356,42 @@ def test_a_recorded_files_micro_batches_are_read_in_one_range_per_core(
     for batch in range(summary.batches):
         offsets = json.loads((tmp_path / "checkpoint" / "offsets" / str(batch)).read_text().splitlines()[-1])
         end = offsets["files"][str(path)]
-        assert offsets["split"] == {"bytes": -(-(end - begin) // cores)}
+        assert offsets["split"] == {"bytes": max(readers.MIN_SPLIT_BYTES, -(-(end - begin) // cores))}
         begin = end
     assert begin == path.stat().st_size
     rows = DeltaTable(config.target).to_pyarrow_table().to_pylist()
     assert {row["id"]: row for row in rows} == events.table
+
+
+def test_a_batch_logged_before_min_partitions_is_replayed_in_its_old_ranges(tmp_path: Path) -> None:
+    """An uncommitted batch whose offsets have no ranges' length came from a job that split files by
+    LEGACY_FILE_RECORDS_PER_PARTITION: the restart plans it so again (its dead letters are named by
+    its ranges)."""
+    checkpoint = tmp_path / "checkpoint"
+    config = IngestConfig(
+        format="debezium-json", key=("id",), target="t", checkpoint=str(checkpoint), path="/data"
+    )
+    storage = Storage({})
+
+    def log(batch: int, offset: dict[str, Any], *, committed: bool) -> None:
+        (checkpoint / "offsets").mkdir(parents=True, exist_ok=True)
+        (checkpoint / "commits").mkdir(parents=True, exist_ok=True)
+        (checkpoint / "offsets" / str(batch)).write_text(
+            f'v1\n{{"batchWatermarkMs":0}}\n{json.dumps(offset)}'
+        )
+        if committed:
+            (checkpoint / "commits" / str(batch)).write_text('v1\n{"nextBatchWatermarkMs":0}')
+
+    assert not ingest_module._legacy_batch_pending(storage, config)  # a new checkpoint
+    log(0, {"files": {"/data/a": 10}}, committed=True)
+    assert not ingest_module._legacy_batch_pending(storage, config)  # committed: not replayed
+    log(1, {"files": {"/data/a": 20}, "split": {"bytes": 5}}, committed=False)
+    assert not ingest_module._legacy_batch_pending(storage, config)  # its length is in its offsets
+    log(2, {"files": {"/data/a": 30}}, committed=False)
+    assert ingest_module._legacy_batch_pending(storage, config)
+    log(2, {"t": {"0": 30}}, committed=False)
+    assert not ingest_module._legacy_batch_pending(storage, config)  # Kafka ranges are not lengths
+    assert LEGACY_FILE_RECORDS_PER_PARTITION == 50_000  # what the job set for files then
 
 
 def test_a_topic_larger_than_the_default_bound_is_read_in_several_micro_batches(
