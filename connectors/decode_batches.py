@@ -18,6 +18,7 @@ from cdcflow.connectors.columnar import ColumnarBatch, ColumnarDecoder
 from cdcflow.connectors.dead_letters import DeadLetterWriter
 from cdcflow.connectors.metadata import metadata_array
 from cdcflow.connectors.read_plan import ReadPlan
+from cdcflow.connectors.records import RecordChunk, blocks
 from cdcflow.connectors.replay import lines_before, read_line_chunks
 from cdcflow.connectors.spark_types import ChangeBatchBuilder, arrow_schema, struct_type
 from cdcflow.core.model import Change
@@ -65,6 +66,24 @@ class BatchDecoder:
         with self._range():
             while block := list(itertools.islice(iterator, BLOCK_SIZE)):
                 batch = self._decode_block(block)
+                if batch is not None and batch.num_rows:
+                    yield batch
+
+    def record_batches(self, chunks: Iterable[RecordChunk]) -> Iterator[pa.RecordBatch]:
+        """:meth:`batches` of Kafka records read a chunk at a time: a block the columnar decoder takes
+        never becomes messages."""
+        with self._range():
+            for block in blocks(chunks, BLOCK_SIZE):
+                if self._columnar is not None:
+                    keys = block.keys if self._columnar.keyed_state else None
+                    headers = block.record_headers() if self._columnar.reads_headers else None
+                    result = self._columnar.decode(block.values, keys, headers)
+                    if result is not None:
+                        self._count_columnar(result, messages=len(block))
+                        if result.rows.num_rows:
+                            yield self._arrange_records(result.rows, result.message_index, block)
+                        continue
+                batch = self._decode_block(block.messages(), columnar=False)
                 if batch is not None and batch.num_rows:
                     yield batch
 
@@ -240,6 +259,12 @@ class BatchDecoder:
         if self.plan.control_column is not None:
             columns.setdefault(self.plan.control_column, pa.nulls(rows.num_rows, pa.string()))
         return columns
+
+    def _arrange_records(self, rows: pa.RecordBatch, origins: pa.Array, block: RecordChunk) -> pa.RecordBatch:
+        columns = self._data_columns(rows)
+        for key in self.plan.connector_metadata:
+            columns[key] = block.metadata_array(key, self.target.field(key).type).take(origins)
+        return pa.RecordBatch.from_arrays([columns[f.name] for f in self.target], schema=self.target)
 
     def _arrange(self, rows: pa.RecordBatch, origins: pa.Array, block: Sequence[Message]) -> pa.RecordBatch:
         columns = self._data_columns(rows)

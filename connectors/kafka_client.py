@@ -42,7 +42,7 @@ from cdcflow.connectors.kafka_ranges import (
     split_ranges,
     stream_ranges,
 )
-from cdcflow.connectors.kafka_reader import new_consumer, read_range
+from cdcflow.connectors.kafka_reader import new_consumer, read_range, read_range_chunks
 from cdcflow.formats import Message
 
 if TYPE_CHECKING:
@@ -73,6 +73,7 @@ __all__ = [
     "producer_config",
     "rate_limit",
     "read_range",
+    "read_range_chunks",
     "report_data_loss",
     "resolve_offsets",
     "sample_messages",

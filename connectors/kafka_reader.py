@@ -9,6 +9,7 @@ unless ``kafka.isolation.level`` says otherwise.
 
 from __future__ import annotations
 
+import gc
 import logging
 import re
 import threading
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 from cdcflow.connectors.errors import KafkaConnectorError
 from cdcflow.connectors.kafka_options import KafkaOptions, OffsetRange, require_kafka
 from cdcflow.connectors.kafka_ranges import report_data_loss
+from cdcflow.connectors.records import RecordChunk
 from cdcflow.formats import Message
 
 if TYPE_CHECKING:
@@ -31,6 +33,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("cdcflow.connectors.kafka")
 
 _BATCH_SIZE = 5000
+_PREFETCH = 2 * _BATCH_SIZE
+"""Records a range reader's consumer keeps queued ahead (at most what is left of its range)."""
+_REFETCH_MS = 5
 _POLL_SLICE_S = 0.2
 CLIENT_LOG_REPEAT_S = 60.0
 """librdkafka repeats a failing connection attempt every second or so: each distinct line (numbers
@@ -60,10 +65,18 @@ class _OnceLogger:
         self.inner.log(level, "%s", text)
 
 
-def new_consumer(options: KafkaOptions, on_error: Callable[[KafkaError], None] | None = None) -> Consumer:
+def new_consumer(
+    options: KafkaOptions,
+    on_error: Callable[[KafkaError], None] | None = None,
+    *,
+    prefetch: int | None = None,
+) -> Consumer:
     """A consumer that never joins a group or commits, and reports partition ends and lost offsets.
 
-    ``on_error`` receives client-level errors (brokers unreachable, authentication failed).
+    ``on_error`` receives client-level errors (brokers unreachable, authentication failed). With
+    ``prefetch``, librdkafka keeps about that many records queued ahead instead of its default 100,000
+    (a range of 25,000 records fetched and decompressed four times as many), and fetches again 5 ms
+    after the queue drains below it instead of 1 s (the user's ``kafka.*`` settings win).
     """
     require_kafka()
     from confluent_kafka import Consumer
@@ -84,6 +97,9 @@ def new_consumer(options: KafkaOptions, on_error: Callable[[KafkaError], None] |
     )
     if on_error is not None:
         config["error_cb"] = on_error
+    if prefetch is not None:
+        config.setdefault("queued.min.messages", max(1, prefetch))
+        config.setdefault("fetch.queue.backoff.ms", _REFETCH_MS)
     return options.client.create(lambda: Consumer(config))
 
 
@@ -104,7 +120,30 @@ def read_range(
         options.include_headers if include_headers is None else include_headers,
     )
     try:
-        yield from reader.messages()
+        for chunk in reader.chunks():
+            yield from chunk.messages()
+    finally:
+        reader.consumer.close()
+
+
+def read_range_chunks(
+    options: KafkaOptions,
+    rng: OffsetRange,
+    *,
+    fail_on_data_loss: bool | None = None,
+    include_headers: bool | None = None,
+) -> Iterator[RecordChunk]:
+    """:func:`read_range`'s records as they are consumed, a chunk of consecutive records at a time."""
+    if rng.start >= rng.end:
+        return
+    reader = _RangeReader(
+        options,
+        rng,
+        options.fail_on_data_loss if fail_on_data_loss is None else fail_on_data_loss,
+        options.include_headers if include_headers is None else include_headers,
+    )
+    try:
+        yield from reader.chunks()
     finally:
         reader.consumer.close()
 
@@ -119,12 +158,10 @@ class _RangeReader:
         self.fail_on_data_loss, self.headers = fail_on_data_loss, headers
         self.partition = TopicPartition(rng.topic, rng.partition)
         self.last_error: str | None = None
-        self.consumer = new_consumer(options, self._on_client_error)
+        self.consumer = new_consumer(options, self._on_client_error, prefetch=min(rng.size, _PREFETCH))
         self.next = rng.start
 
-    def messages(self) -> Iterator[Message]:
-        from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
-
+    def chunks(self) -> Iterator[RecordChunk]:
         topic, partition, end, headers = self.rng.topic, self.rng.partition, self.rng.end, self.headers
         self._seek(self.next)
         idle_s = 0.0
@@ -134,25 +171,80 @@ class _RangeReader:
             batch = self.consumer.consume(
                 num_messages=min(_BATCH_SIZE, end - self.next), timeout=_POLL_SLICE_S
             )
-            before, low_checked = self.next, False
-            for record in batch:
-                error = record.error()
-                if error is not None:
-                    if self._on_error(error, record):
-                        break  # re-positioned: the rest of the batch is stale
-                    continue
-                offset = record.offset()
-                if offset is None or offset < self.next:
-                    continue
-                if offset >= end:
-                    self.next = end
-                    break
-                if offset > self.next and not low_checked:
-                    low_checked = True  # one watermark query per batch, however many gaps
-                    if self._watermarks()[0] > self.next:
-                        self._lost(self.next, offset)
-                kind, timestamp = record.timestamp()
-                yield Message(
+            before = self.next
+            chunk = self._clean(batch)
+            if chunk is None:
+                chunk = RecordChunk.of(topic, partition, self._checked(batch), headers=headers)
+            if chunk.values:
+                yield chunk
+            idle_s = 0.0 if self.next > before else idle_s + time.monotonic() - began
+            if idle_s >= self.options.poll_timeout_s and self.next < end:
+                raise self._timeout()
+
+    def _clean(self, batch: list[KafkaMessage]) -> RecordChunk | None:
+        """The batch, when it holds the next offsets with no gap and no error event, as most do (None:
+        :meth:`_checked` goes through it record by record)."""
+        if not batch:
+            return None
+        first, last = batch[0].offset(), batch[-1].offset()
+        if (
+            first != self.next
+            or last is None
+            or last >= self.rng.end
+            or last - first != len(batch) - 1
+            or any(record.error() is not None for record in batch)
+        ):
+            return None
+        from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
+
+        # Thousands of tuples while the batch's records are alive: the cyclic collector, run every 700
+        # allocations, would scan them all again each time (0.7-1.2 µs a timestamp instead of 0.2).
+        # Nothing built here can form a cycle.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            stamps = [record.timestamp() for record in batch]
+            chunk = RecordChunk(
+                self.rng.topic,
+                self.rng.partition,
+                list(range(first, last + 1)),
+                [record.value() for record in batch],
+                [record.key() for record in batch],
+                [None if kind == TIMESTAMP_NOT_AVAILABLE else stamp for kind, stamp in stamps],
+                [tuple(record.headers() or ()) for record in batch] if self.headers else None,  # type: ignore[arg-type]
+            )
+        finally:
+            if collecting:
+                gc.enable()
+        self.next = last + 1
+        return chunk
+
+    def _checked(self, batch: list[KafkaMessage]) -> list[Message]:
+        """The batch's records in the range, after its error events, gaps and lost offsets."""
+        from confluent_kafka import TIMESTAMP_NOT_AVAILABLE
+
+        topic, partition, end, headers = self.rng.topic, self.rng.partition, self.rng.end, self.headers
+        out: list[Message] = []
+        low_checked = False
+        for record in batch:
+            error = record.error()
+            if error is not None:
+                if self._on_error(error, record):
+                    break  # re-positioned: the rest of the batch is stale
+                continue
+            offset = record.offset()
+            if offset is None or offset < self.next:
+                continue
+            if offset >= end:
+                self.next = end
+                break
+            if offset > self.next and not low_checked:
+                low_checked = True  # one watermark query per batch, however many gaps
+                if self._watermarks()[0] > self.next:
+                    self._lost(self.next, offset)
+            kind, timestamp = record.timestamp()
+            out.append(
+                Message(
                     record.value(),
                     record.key(),
                     topic,
@@ -161,10 +253,9 @@ class _RangeReader:
                     None if kind == TIMESTAMP_NOT_AVAILABLE else timestamp,
                     tuple(record.headers() or ()) if headers else (),  # type: ignore[arg-type]
                 )
-                self.next = offset + 1
-            idle_s = 0.0 if self.next > before else idle_s + time.monotonic() - began
-            if idle_s >= self.options.poll_timeout_s and self.next < end:
-                raise self._timeout()
+            )
+            self.next = offset + 1
+        return out
 
     def _on_error(self, error: KafkaError, record: KafkaMessage) -> bool:
         """Handle an error event; True if the consumer was re-positioned."""

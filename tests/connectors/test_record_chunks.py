@@ -1,0 +1,148 @@
+"""Kafka records read a consume call at a time (:class:`RecordChunk`): the same messages, metadata
+columns and changelog as record by record, and the consumer's prefetch bounded by the range."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from kafka_fixture import KafkaCluster, unique_topic
+from pyspark.sql import types as st
+from test_decode_batches import COLUMNS, SCHEMA, blocks_apart, control_plan, expected
+from test_decode_batches import control_messages as control_events
+
+from cdcflow.connectors import kafka_client, kafka_reader
+from cdcflow.connectors.decode_batches import BLOCK_SIZE, BatchDecoder
+from cdcflow.connectors.metadata import CONNECTOR_METADATA, metadata_array
+from cdcflow.connectors.read_plan import plan_read
+from cdcflow.connectors.records import RecordChunk, blocks
+from cdcflow.connectors.spark_types import arrow_schema
+from cdcflow.core.model import Change
+from cdcflow.core.rowkind import RowKind
+from cdcflow.formats import Message, render_change
+
+MIXED = [
+    Message(b'{"a":1}', b"k1", "t", 0, 10, 1_700_000_000_000, (("h", b"v"), ("empty", None))),
+    Message(None, b"k2", "t", 0, 11, None, ()),
+    Message(b'{"a":2}', None, "t", 0, 13, 5, (("h", b"w"),)),
+]
+
+
+def arrow_type(spark_type: st.DataType) -> pa.DataType:
+    return arrow_schema(st.StructType([st.StructField("c", spark_type)])).field(0).type
+
+
+def chunks_of(messages: list[Message], size: int) -> list[RecordChunk]:
+    return [
+        RecordChunk.of("t", 0, messages[start : start + size], headers=True)
+        for start in range(0, len(messages), size)
+    ]
+
+
+def test_a_chunk_gives_back_its_messages_and_their_metadata_columns() -> None:
+    chunk = RecordChunk.of("t", 0, MIXED, headers=True)
+    assert chunk.messages() == MIXED and len(chunk) == 3
+    for key, spark_type in CONNECTOR_METADATA.items():
+        want = metadata_array(key, MIXED, arrow_type(spark_type))
+        assert chunk.metadata_array(key, arrow_type(spark_type)).equals(want), key
+    bare = RecordChunk.of("t", 0, MIXED, headers=False)
+    assert [m.headers for m in bare.messages()] == [(), (), ()] and bare.record_headers() == [(), (), ()]
+
+
+def test_blocks_join_consecutive_chunks_without_cutting_one() -> None:
+    messages = [Message(b"{}", None, "t", 0, offset) for offset in range(25)]
+    joined = list(blocks(chunks_of(messages, 4), 10))
+    assert [len(block) for block in joined] == [8, 8, 9]  # 4+4, 4+4, 4+4+1: never above 10
+    assert [m for block in joined for m in block.messages()] == messages
+    other = RecordChunk.of("t", 1, [Message(b"{}", None, "t", 1, 0)], headers=True)
+    assert [len(b) for b in blocks([*chunks_of(messages[:2], 1), other], 10)] == [2, 1]  # a partition each
+    assert list(blocks([RecordChunk.of("t", 0, [], headers=True)], 10)) == []
+
+
+def rendered(plan: Any, batches: list[pa.RecordBatch]) -> list[tuple[Any, ...]]:
+    rows = [row for batch in batches for row in batch.to_pylist()]
+    return [
+        (
+            row["offset"],
+            row.get("_control"),
+            render_change(Change(RowKind.from_short_string(row["_row_kind"]), row), SCHEMA),
+        )
+        if row["_row_kind"] is not None
+        else (row["offset"], row.get("_control"), None)
+        for row in rows
+    ]
+
+
+@pytest.mark.parametrize("unavailable", ["fill", "report"])
+@pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "no-keys"])
+def test_chunks_decode_as_the_per_record_decoder_does(unavailable: str, keyed: bool) -> None:
+    raw = {
+        "kafka.bootstrap.servers": "unused:9092",
+        "subscribe": "t",
+        "columns": COLUMNS,
+        "metadata": "offset",
+    }
+    plan = plan_read("debezium-json", {**raw, "unavailable-values": unavailable}, None)
+    messages = blocks_apart(keyed)
+    decoder = BatchDecoder(plan)
+    got = [(o, r) for o, _, r in rendered(plan, list(decoder.record_batches(chunks_of(messages, 5000))))]
+    assert got == expected({"unavailable-values": unavailable}, messages)
+    reference = BatchDecoder(plan)
+    list(reference.batches(messages))
+    assert decoder.metrics == reference.metrics
+
+
+@pytest.mark.parametrize("control", ["emit", "skip"])
+def test_chunks_place_control_events_as_messages_do(control: str) -> None:
+    plan = control_plan(control)
+    messages = control_events()
+    by_chunk = list(BatchDecoder(plan).record_batches(chunks_of(messages, BLOCK_SIZE)))
+    by_message = list(BatchDecoder(plan).batches(messages))
+    assert pa.Table.from_batches(by_chunk).equals(pa.Table.from_batches(by_message))
+
+
+def test_a_range_readers_consumer_prefetches_what_the_range_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """librdkafka's default keeps 100,000 records queued: a 25,000-record range fetched and
+    decompressed four times what it read. The user's kafka.* settings still win."""
+    import confluent_kafka
+
+    configs: list[dict[str, Any]] = []
+
+    class Recorder:
+        def __init__(self, config: dict[str, Any]) -> None:
+            configs.append(config)
+
+    monkeypatch.setattr(confluent_kafka, "Consumer", Recorder)
+    options = kafka_client.KafkaOptions.parse({"kafka.bootstrap.servers": "b:9092", "subscribe": "t"})
+    kafka_reader.new_consumer(options, prefetch=7)
+    kafka_reader.new_consumer(options)
+    given = {"kafka.bootstrap.servers": "b:9092", "subscribe": "t", "kafka.queued.min.messages": "77"}
+    kafka_reader.new_consumer(kafka_client.KafkaOptions.parse(given), prefetch=7)
+    assert (configs[0]["queued.min.messages"], configs[0]["fetch.queue.backoff.ms"]) == (7, 5)
+    assert "queued.min.messages" not in configs[1] and "fetch.queue.backoff.ms" not in configs[1]
+    assert str(configs[2]["queued.min.messages"]) == "77"
+
+
+@pytest.mark.integration
+def test_chunks_read_from_a_broker_are_the_records_in_offset_order(kafka_cluster: KafkaCluster) -> None:
+    from confluent_kafka import Producer
+
+    topic = unique_topic("chunks")
+    kafka_cluster.create_topic(topic)
+    producer = Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers})
+    for index in range(12_000):
+        headers = [("n", str(index).encode())] if index % 3 == 0 else None
+        producer.produce(topic, b'{"i":%d}' % index, None if index % 5 else b"k", headers=headers)
+    producer.flush()
+    options = kafka_client.KafkaOptions.parse(
+        {"kafka.bootstrap.servers": kafka_cluster.bootstrap_servers, "subscribe": topic}
+    )
+    rng = kafka_client.OffsetRange(topic, 0, 100, 11_900)
+    chunks = list(kafka_client.read_range_chunks(options, rng, include_headers=True))
+    assert len(chunks) > 1 and all(len(chunk) <= 5000 for chunk in chunks)
+    records = [m for chunk in chunks for m in chunk.messages()]
+    assert [m.offset for m in records] == list(range(100, 11_900))
+    assert records == list(kafka_client.read_range(options, rng, include_headers=True))
+    assert (records[0].value, records[0].key, records[1].key) == (b'{"i":100}', b"k", None)
+    assert (records[2].headers, records[3].headers) == ((("n", b"102"),), ())
