@@ -8,7 +8,9 @@ executor with a pickled copy of the reader and creates its clients there.
 
 from __future__ import annotations
 
+import functools
 import gc
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -58,30 +60,18 @@ class CdcInputPartition(InputPartition):
         self.split = split
 
 
-def _messages(plan: ReadPlan, split: FileRange | kafka_client.OffsetRange) -> Iterator[Message]:
-    if isinstance(split, FileRange):
-        return replay.read_messages(split.path, split.start, split.end, split.lines_before)
-    assert isinstance(plan.input, KafkaInput)  # noqa: S101 - Kafka ranges come from a Kafka input
-    return kafka_client.read_range(
-        plan.input.options,
-        split,
-        fail_on_data_loss=plan.input.options.fail_on_data_loss,
-        # A dead letter keeps the record's headers, whether or not the output shows them.
-        include_headers=plan.include_headers or plan.dead_letters is not None,
-    )
+def _messages(split: FileRange) -> Iterator[Message]:
+    return replay.read_messages(split.path, split.start, split.end, split.lines_before)
 
 
 def _read(plan: ReadPlan, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     if not isinstance(partition, CdcInputPartition):
         # With no ranges to read (an empty topic) Spark still runs one task with its own partition.
         return iter(())
-    # A reused Python worker runs a full gc.collect() after every task (pyspark/daemon.py), over
-    # every object the process ever imported (pyspark, pyarrow, the decoders): ~0.1 s of CPU a
-    # task. What is alive when a task starts is moved out of the collector's reach, so that collect
-    # scans only what the task made; objects freed by their reference counts are freed as before.
-    gc.freeze()
     # Imported here, on executors: the process that plans a stream's offsets never decodes.
     from cdcflow.connectors.decode_batches import BatchDecoder
+
+    _spare_imports_from_collections()
 
     split = partition.split
     name = _range_name(split)
@@ -95,11 +85,12 @@ def _read(plan: ReadPlan, partition: InputPartition) -> Iterator[pa.RecordBatch]
             plan.input.options,
             split,
             fail_on_data_loss=plan.input.options.fail_on_data_loss,
+            # A dead letter keeps the record's headers, whether or not the output shows them.
             include_headers=plan.include_headers or plan.dead_letters is not None,
         )
         batches = _schema_checked(decoder.record_batches(chunks))
     else:
-        batches = _schema_checked(decoder.batches(_messages(plan, split)))
+        batches = _schema_checked(decoder.batches(_messages(split)))
     if plan.handoff_path is None:
         return batches
     from pyspark.sql.pandas.types import to_arrow_schema
@@ -108,6 +99,18 @@ def _read(plan: ReadPlan, partition: InputPartition) -> Iterator[pa.RecordBatch]
     # The table DataFrame.toArrow would give (its types, time zone UTC, small string offsets).
     schema = to_arrow_schema(plan.changelog, timezone="UTC")
     return handoff.write(batches, schema, plan.handoff_path, name, arrow_schema(plan.output))
+
+
+@functools.cache
+def _spare_imports_from_collections() -> None:
+    """A reused Python worker runs a full ``gc.collect()`` after every task (pyspark's daemon.py),
+    over every object the process has imported (pyspark, pyarrow, the decoders): ~0.1 s of CPU a
+    task. Once per worker, with the decoders imported, what is alive is moved out of the collector's
+    reach (after a collection, so no garbage is kept); objects freed by reference counts are freed
+    as before."""
+    if os.environ.get("SPARK_REUSE_WORKER"):
+        gc.collect()
+        gc.freeze()
 
 
 def _range_name(split: FileRange | kafka_client.OffsetRange) -> str:

@@ -8,7 +8,6 @@ are built only for a block the per-record decoder takes (a placeholder, a bad re
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -45,12 +44,11 @@ class RecordChunk:
         )
 
     def messages(self) -> list[Message]:
-        headers: Iterable[Headers] = self.headers if self.headers is not None else itertools.repeat(())
         topic, partition = self.topic, self.partition
         return [
             Message(value, key, topic, partition, offset, timestamp, record_headers)
             for value, key, offset, timestamp, record_headers in zip(
-                self.values, self.keys, self.offsets, self.timestamps_ms, headers, strict=False
+                self.values, self.keys, self.offsets, self.timestamps_ms, self.record_headers(), strict=True
             )
         ]
 
@@ -58,6 +56,10 @@ class RecordChunk:
         return self.headers if self.headers is not None else [()] * len(self.values)
 
     def extend(self, other: RecordChunk) -> None:
+        if (self.topic, self.partition) != (other.topic, other.partition) or (self.headers is None) != (
+            other.headers is None
+        ):
+            raise ValueError("only chunks of one partition, read with the same headers setting, are joined")
         self.offsets.extend(other.offsets)
         self.values.extend(other.values)
         self.keys.extend(other.keys)
@@ -75,7 +77,7 @@ class RecordChunk:
         if key == "offset":
             return pa.array(self.offsets, type=arrow_type)
         if key == "timestamp":
-            return pc.multiply(pa.array(self.timestamps_ms, type=pa.int64()), 1000).cast(arrow_type)
+            return pc.multiply_checked(pa.array(self.timestamps_ms, type=pa.int64()), 1000).cast(arrow_type)
         if key == "key":
             return pa.array(self.keys, type=arrow_type)
         if key == "headers":
@@ -83,12 +85,15 @@ class RecordChunk:
                 [[{"key": n, "value": v} for n, v in h] if h else None for h in self.record_headers()],
                 type=arrow_type,
             )
-        return pa.nulls(count, arrow_type)  # file, line: not a file's
+        if key in ("file", "line"):
+            return pa.nulls(count, arrow_type)  # a Kafka record is no file's
+        raise KeyError(key)
 
 
 def blocks(chunks: Iterable[RecordChunk], size: int) -> Iterator[RecordChunk]:
-    """``chunks`` joined into blocks of about ``size`` records (a chunk is never cut; consecutive
-    chunks of one partition are joined while the block stays within ``size``)."""
+    """``chunks`` joined into blocks of about ``size`` records: consecutive chunks of one partition
+    are joined while the block stays within ``size``; a chunk is never cut, so one larger than
+    ``size`` is a block of its own (a range reader's chunks hold at most 5,000 records)."""
     pending: RecordChunk | None = None
     for chunk in chunks:
         if not chunk.values:

@@ -48,6 +48,12 @@ def test_a_chunk_gives_back_its_messages_and_their_metadata_columns() -> None:
         assert chunk.metadata_array(key, arrow_type(spark_type)).equals(want), key
     bare = RecordChunk.of("t", 0, MIXED, headers=False)
     assert [m.headers for m in bare.messages()] == [(), (), ()] and bare.record_headers() == [(), (), ()]
+    headers_type = arrow_type(CONNECTOR_METADATA["headers"])
+    assert bare.metadata_array("headers", headers_type).null_count == 3
+    with pytest.raises(ValueError, match="same headers setting"):
+        RecordChunk.of("t", 0, MIXED, headers=True).extend(bare)
+    with pytest.raises(KeyError):
+        chunk.metadata_array("unknown", pa.string())
 
 
 def test_blocks_join_consecutive_chunks_without_cutting_one() -> None:
@@ -57,6 +63,8 @@ def test_blocks_join_consecutive_chunks_without_cutting_one() -> None:
     assert [m for block in joined for m in block.messages()] == messages
     other = RecordChunk.of("t", 1, [Message(b"{}", None, "t", 1, 0)], headers=True)
     assert [len(b) for b in blocks([*chunks_of(messages[:2], 1), other], 10)] == [2, 1]  # a partition each
+    bare = RecordChunk.of("t", 0, messages[2:4], headers=False)
+    assert [len(b) for b in blocks([*chunks_of(messages[:2], 2), bare], 10)] == [2, 2]  # headers or not
     assert list(blocks([RecordChunk.of("t", 0, [], headers=True)], 10)) == []
 
 
@@ -143,6 +151,97 @@ def test_chunks_read_from_a_broker_are_the_records_in_offset_order(kafka_cluster
     assert len(chunks) > 1 and all(len(chunk) <= 5000 for chunk in chunks)
     records = [m for chunk in chunks for m in chunk.messages()]
     assert [m.offset for m in records] == list(range(100, 11_900))
-    assert records == list(kafka_client.read_range(options, rng, include_headers=True))
+    assert [m.value for m in records] == [b'{"i":%d}' % i for i in range(100, 11_900)]
+    assert [m.key for m in records] == [None if i % 5 else b"k" for i in range(100, 11_900)]
+    assert [m.headers for m in records] == [
+        (("n", str(i).encode()),) if i % 3 == 0 else () for i in range(100, 11_900)
+    ]
+    assert all(m.timestamp_ms is not None and m.topic == topic and m.partition == 0 for m in records)
     assert (records[0].value, records[0].key, records[1].key) == (b'{"i":100}', b"k", None)
     assert (records[2].headers, records[3].headers) == ((("n", b"102"),), ())
+
+
+class FakeRecord:
+    def __init__(self, offset: int, *, stamp: int | None = 1000, error: Any = None) -> None:
+        self._offset, self._stamp, self._error = offset, stamp, error
+
+    def error(self) -> Any:
+        return self._error
+
+    def offset(self) -> int:
+        return self._offset
+
+    def timestamp(self) -> tuple[int, int]:
+        from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_NOT_AVAILABLE
+
+        return (TIMESTAMP_NOT_AVAILABLE, -1) if self._stamp is None else (TIMESTAMP_CREATE_TIME, self._stamp)
+
+    def value(self) -> bytes:
+        return b"v%d" % self._offset
+
+    def key(self) -> bytes:
+        return b"k%d" % self._offset
+
+    def headers(self) -> list[tuple[str, bytes]]:
+        return [("o", b"%d" % self._offset)]
+
+
+class FakeConsumer:
+    """Answers consume() with scripted batches; watermarks (0, 100)."""
+
+    def __init__(self, batches: list[list[FakeRecord]]) -> None:
+        self.batches = batches
+
+    def assign(self, partitions: Any) -> None:
+        pass
+
+    def consume(self, num_messages: int, timeout: float) -> list[FakeRecord]:
+        return self.batches.pop(0) if self.batches else []
+
+    def get_watermark_offsets(self, partition: Any, timeout: float, cached: bool) -> tuple[int, int]:
+        return 0, 100
+
+    def close(self) -> None:
+        pass
+
+
+def scripted_read(
+    monkeypatch: pytest.MonkeyPatch, batches: list[list[FakeRecord]], start: int, end: int
+) -> tuple[list[RecordChunk], list[int | None]]:
+    prefetched: list[int | None] = []
+
+    def consumer(options: Any, on_error: Any = None, *, prefetch: int | None = None) -> FakeConsumer:
+        prefetched.append(prefetch)
+        return FakeConsumer(batches)
+
+    monkeypatch.setattr(kafka_reader, "new_consumer", consumer)
+    options = kafka_client.KafkaOptions.parse({"kafka.bootstrap.servers": "b:9092", "subscribe": "t"})
+    rng = kafka_client.OffsetRange("t", 0, start, end)
+    return list(kafka_client.read_range_chunks(options, rng, include_headers=True)), prefetched
+
+
+def test_a_batch_with_gaps_or_past_the_range_is_read_record_by_record(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A batch of the next offsets is taken whole; a gap (compaction, a transaction marker), an
+    out-of-order offset or a record past the range end takes the per-record checks."""
+    batches = [
+        [FakeRecord(0), FakeRecord(1, stamp=None), FakeRecord(2)],  # whole
+        [FakeRecord(3), FakeRecord(5)],  # a gap above the low watermark: no data loss
+        [FakeRecord(6), FakeRecord(8), FakeRecord(7)],  # first, last and length fit, the middle not
+        [FakeRecord(9), FakeRecord(10), FakeRecord(11), FakeRecord(12)],  # 12 is past the end
+    ]
+    chunks, prefetched = scripted_read(monkeypatch, batches, 0, 12)
+    assert [chunk.offsets for chunk in chunks] == [[0, 1, 2], [3, 5], [6, 8], [9, 10, 11]]
+    assert chunks[0].timestamps_ms == [1000, None, 1000]
+    assert chunks[0].values == [b"v0", b"v1", b"v2"] and chunks[0].keys == [b"k0", b"k1", b"k2"]
+    assert chunks[1].headers == [(("o", b"3"),), (("o", b"5"),)]
+    assert prefetched == [12]  # librdkafka queues no more than the range holds
+
+
+def test_a_range_prefetches_what_it_holds_up_to_two_consume_calls(monkeypatch: pytest.MonkeyPatch) -> None:
+    chunks, prefetched = scripted_read(monkeypatch, [[FakeRecord(40), FakeRecord(41)]], 40, 42)
+    assert [chunk.offsets for chunk in chunks] == [[40, 41]] and prefetched == [2]
+    options = kafka_client.KafkaOptions.parse({"kafka.bootstrap.servers": "b:9092", "subscribe": "t"})
+    kafka_reader._RangeReader(options, kafka_client.OffsetRange("t", 0, 0, 30_000), False, False)
+    assert prefetched == [2, 10_000]
