@@ -48,6 +48,14 @@ def require_stateful_setup(spark: SparkSession) -> None:
         )
 
 
+def default_parallelism(spark: SparkSession) -> int | None:
+    """The session's ``defaultParallelism`` (its cores); None for a Spark Connect session, which has no
+    SparkContext to ask."""
+    if getattr(spark, "_jsparkSession", None) is None:
+        return None
+    return max(1, spark.sparkContext.defaultParallelism)
+
+
 def default_shuffle_partitions(spark: SparkSession) -> int | None:
     """Set ``spark.sql.shuffle.partitions`` to 2 per core when nobody set it; returns what it set.
 
@@ -61,7 +69,7 @@ def default_shuffle_partitions(spark: SparkSession) -> int | None:
         return None
     if session.sessionState().conf().contains(SHUFFLE_PARTITIONS_KEY):
         return None
-    partitions = SHUFFLE_PARTITIONS_PER_CORE * max(1, spark.sparkContext.defaultParallelism)
+    partitions = SHUFFLE_PARTITIONS_PER_CORE * (default_parallelism(spark) or 1)
     spark.conf.set(SHUFFLE_PARTITIONS_KEY, str(partitions))
     return partitions
 

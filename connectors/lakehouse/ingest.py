@@ -368,10 +368,14 @@ def _run(
     if handoff_path is not None:
         options["handoffPath"] = handoff_path
     if config.path and given_key(options, "minPartitions") is None:
+        from cdcflow.connectors.session import default_parallelism
+
         # A batch in one range per core: each range has a fixed cost, and fewer of them decode faster.
-        options["minPartitions"] = str(max(1, session.sparkContext.defaultParallelism))
-        if given_key(options, "maxRecordsPerPartition") is None and _legacy_batch_pending(
-            sink.storage, config
+        cores = default_parallelism(session)  # None through Spark Connect: ranges as before
+        if cores is not None:
+            options["minPartitions"] = str(cores)
+        if given_key(options, "maxRecordsPerPartition") is None and (
+            cores is None or _legacy_batch_pending(sink.storage, config)
         ):
             options["maxRecordsPerPartition"] = str(LEGACY_FILE_RECORDS_PER_PARTITION)
     added = {f.name for f in parse_ddl(options["addedColumns"])} if "addedColumns" in options else set()

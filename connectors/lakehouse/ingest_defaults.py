@@ -28,7 +28,7 @@ DEFAULT_MAX_BYTES_PER_TRIGGER = 64 << 20
 #: Kafka input partitions of at most 50k records: a batch is decoded on every core.
 DEFAULT_RECORDS_PER_PARTITION = 50_000
 #: What the job set for recorded files before ``minPartitions``: how an uncommitted batch that such a
-#: version logged is read again.
+#: version logged is read again, and how files are split where the session's cores are unknown.
 LEGACY_FILE_RECORDS_PER_PARTITION = 50_000
 #: Debezium metadata the applier reads: (metadata key, its column, the ApplyOptions field naming it).
 DEBEZIUM_LINKS = (
