@@ -146,18 +146,20 @@ def _split_bytes(plan: ReadPlan, end: Offsets) -> int:
     restart replays is read in the same ranges, whatever the options or the machine are now), else
     ``maxRecordsPerPartition`` records' worth, as every batch logged without ``minPartitions`` is."""
     recorded = end.get(SPLIT_KEY, {}).get("bytes")
-    if recorded is not None:
-        return max(1, recorded)
+    return max(1, recorded) if recorded is not None else _records_split(plan)
+
+
+def _records_split(plan: ReadPlan) -> int:
+    """``maxRecordsPerPartition`` records' worth of a file (capped at ``MAX_SPLIT_BYTES``)."""
     return min(plan.max_records_per_partition * BYTES_PER_RECORD, MAX_SPLIT_BYTES)
 
 
 def _planned_split(plan: ReadPlan, start: Offsets, end: Offsets) -> int:
     """The length of the ranges of a new micro-batch ``[start, end)`` under ``minPartitions``: short
     enough for that many ranges (and for maxRecordsPerPartition), not below ``MIN_SPLIT_BYTES``."""
-    target = _split_bytes(plan, {})
     begun = start.get("files", {})
     total = sum(max(0, size - begun.get(path, 0)) for path, size in end.get("files", {}).items())
-    return min(target, max(MIN_SPLIT_BYTES, -(-total // plan.min_partitions)))
+    return min(_records_split(plan), max(MIN_SPLIT_BYTES, -(-total // plan.min_partitions)))
 
 
 def _replay_partitions(plan: ReadPlan, start: Offsets, end: Offsets) -> list[CdcInputPartition]:
