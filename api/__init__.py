@@ -36,9 +36,10 @@ if TYPE_CHECKING:
 
 
 def register(spark: SparkSession) -> None:
-    """Register the ``cdc-*`` Spark data sources with ``spark``.
+    """Register the ``cdc-*`` Spark data sources and the SQL table functions FROM_CHANGELOG and
+    TO_CHANGELOG with ``spark``.
 
-    Spark also finds them by itself (the installed ``pyspark_cdc_*`` modules), provided its workers
+    Spark also finds the sources by itself (the installed ``pyspark_cdc_*`` modules), provided its workers
     run a Python where cdcflow is installed: the one ``PYSPARK_PYTHON`` names.
     """
     from cdcflow.connectors.sources import register as register_sources

@@ -8,16 +8,20 @@ Spark finds them by itself through the ``pyspark_cdc_*`` modules; :func:`registe
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, ClassVar
+from urllib.parse import urlparse
 
 from pyspark.sql.datasource import (
+    CaseInsensitiveDict,
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
     DataSourceStreamWriter,
     DataSourceWriter,
 )
-from pyspark.sql.types import StructType
+from pyspark.sql.types import StructField, StructType
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -25,28 +29,90 @@ if TYPE_CHECKING:
     from cdcflow.connectors.read_plan import ReadPlan
 
 
+CATALOG_KEYS = frozenset(
+    {"provider", "owner", "location", "comment", "external", "is_managed_location", "table_type", "collation"}
+)
+"""What Spark's catalog adds to a ``CREATE TABLE``'s options (besides an ``option.`` copy of each)."""
+
+OPTIONS_METADATA = "cdcflow.options"
+"""The column metadata key holding a catalog table's options (Spark does not pass them to readers)."""
+
+
 class CdcSource(DataSource):
-    """A changelog source and sink for one format; subclasses name the format."""
+    """A changelog source and sink for one format; subclasses name the format.
+
+    ``CREATE TABLE t USING `cdc-debezium` OPTIONS (...)``: Spark asks :meth:`schema` with the options
+    and the catalog's own keys, stores the schema, and later builds readers with the query's options
+    only (``SELECT ... WITH (...)``). So a catalog table's schema carries its options in its columns'
+    metadata, and readers take them from there (a query's options win). Other reads keep their
+    schema as it was.
+    """
 
     format_name: ClassVar[str]
     short_name: ClassVar[str]
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.options = table_options(options)
+        self._catalog_table = any(k.lower() in CATALOG_KEYS for k in options)
 
     @classmethod
     def name(cls) -> str:
         return cls.short_name
 
     def schema(self) -> StructType:
-        return self._derived_plan().output
+        output = self._derived_plan().output
+        if not self._catalog_table:
+            return output
+        stored = {OPTIONS_METADATA: json.dumps(dict(self.options), sort_keys=True)}
+        return StructType(
+            [StructField(f.name, f.dataType, f.nullable, {**f.metadata, **stored}) for f in output]
+        )
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from cdcflow.connectors.readers import CdcBatchReader
 
-        return CdcBatchReader(self._plan(schema))
+        return CdcBatchReader(self._table_plan(schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from cdcflow.connectors.readers import CdcStreamReader
 
-        return CdcStreamReader(self._plan(schema))
+        return CdcStreamReader(self._table_plan(schema))
+
+    def _table_plan(self, schema: StructType) -> ReadPlan:
+        from cdcflow.connectors.errors import ConnectorOptionError
+
+        schema = self._with_stored_options(schema)
+        try:
+            return self._plan(schema)
+        except ConnectorOptionError as error:
+            if self.options:
+                raise
+            raise ConnectorOptionError(
+                f"{error}. No options reached '{self.short_name}'{_COLUMN_LIST_HINT}"
+            ) from None
+
+    def _with_stored_options(self, schema: StructType) -> StructType:
+        """A catalog table's schema without its stored options, which join the query's (those win)."""
+        stored = next(
+            (f.metadata[OPTIONS_METADATA] for f in schema.fields if OPTIONS_METADATA in f.metadata), None
+        )
+        if stored is None:
+            return schema
+        self.options = CaseInsensitiveDict({**json.loads(stored), **self.options})
+        if hasattr(self, "_derived"):
+            del self._derived
+        return StructType(
+            [
+                StructField(
+                    f.name,
+                    f.dataType,
+                    f.nullable,
+                    {k: v for k, v in f.metadata.items() if k != OPTIONS_METADATA},
+                )
+                for f in schema.fields
+            ]
+        )
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from cdcflow.connectors.sink import KafkaChangelogWriter, plan_write
@@ -90,6 +156,11 @@ class DebeziumAvroSource(CdcSource):
     short_name = "cdc-debezium-avro"
 
 
+class DebeziumJsonRegistrySource(CdcSource):
+    format_name = "debezium-json-registry"
+    short_name = "cdc-debezium-json-registry"
+
+
 class CanalSource(CdcSource):
     format_name = "canal-json"
     short_name = "cdc-canal"
@@ -118,6 +189,7 @@ class UpsertKafkaSource(CdcSource):
 SOURCES: tuple[type[CdcSource], ...] = (
     DebeziumSource,
     DebeziumAvroSource,
+    DebeziumJsonRegistrySource,
     CanalSource,
     MaxwellSource,
     OggSource,
@@ -126,7 +198,36 @@ SOURCES: tuple[type[CdcSource], ...] = (
 )
 
 
+def table_options(options: Mapping[str, str]) -> CaseInsensitiveDict:
+    """The options as the user wrote them: a catalog table's come with Spark's keys (owner, provider,
+    location, TBLPROPERTIES) and each option also as ``option.<key>``; ``path`` comes qualified
+    (``file:/...``), as the catalog stores it."""
+    prefixed = {
+        k[len(_OPTION_PREFIX) :]: v for k, v in options.items() if k.lower().startswith(_OPTION_PREFIX)
+    }
+    if not prefixed and not any(k.lower() in CATALOG_KEYS for k in options):
+        return CaseInsensitiveDict(options)
+    path = options.get("path")
+    if path is not None:
+        parsed = urlparse(path)
+        prefixed["path"] = parsed.path if parsed.scheme == "file" else path
+    return CaseInsensitiveDict(prefixed)
+
+
+_OPTION_PREFIX = "option."
+_COLUMN_LIST_HINT = (
+    ": a table created with a column list, CREATE TABLE t (...) USING `cdc-...` OPTIONS (...), does not "
+    "hand its OPTIONS to a Python data source. Leave out the column list and give the columns as an "
+    "option, OPTIONS (columns 'id INT, ...', ...), or give the options with the query: "
+    "SELECT * FROM t WITH ('path'='...')"
+)
+
+
 def register(spark: SparkSession) -> None:
-    """Register every ``cdc-*`` source with ``spark`` (Spark also finds them by itself)."""
+    """Register every ``cdc-*`` source with ``spark`` (Spark also finds them by itself), and the SQL
+    table functions FROM_CHANGELOG and TO_CHANGELOG (which Spark does not)."""
+    from cdcflow.connectors.changelog_sql import register_functions
+
     for source in SOURCES:
         spark.dataSource.register(source)
+    register_functions(spark)

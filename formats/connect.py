@@ -213,13 +213,19 @@ def _array(element: Converter) -> Converter:
     return convert
 
 
+_ENTRY = {"key", "value"}
+
+
 def _map(key: Converter, value_converter: Converter) -> Converter:
     def convert(value: Any) -> dict[Any, Any]:
-        # The JSON converter writes string-keyed maps as objects, other maps as [[k, v], ...].
+        # The JSON converter writes string-keyed maps as objects, other maps as [[k, v], ...]; the JSON
+        # Schema converter as [{"key": k, "value": v}, ...].
         if isinstance(value, Mapping):
             pairs = list(value.items())
         elif isinstance(value, list) and all(isinstance(p, list) and len(p) == 2 for p in value):
             pairs = value
+        elif isinstance(value, list) and all(isinstance(p, Mapping) and p.keys() == _ENTRY for p in value):
+            pairs = [(p["key"], p["value"]) for p in value]
         else:
             raise FieldError("", f"expected a map (an object, or [key, value] pairs), got {excerpt(value)}")
         out = {}

@@ -1,9 +1,11 @@
 """``debezium-avro-confluent``: Debezium change events in Confluent's Avro wire format.
 
 A message is the magic byte 0, the writer schema's id (4 bytes, big-endian) and the Avro binary
-body. Writer schemas come from a Schema Registry (``url``, through confluent-kafka's client, created
-lazily on each executor and never pickled), or from the ``schema`` option (air-gapped use, tests),
-optionally tied to one ``schema-id``. Each schema is fetched and parsed once per decoder.
+body, framed and unframed by confluent-kafka's serde (:mod:`avro_serde`). Writer schemas come from a
+Schema Registry (``url``, through confluent-kafka's client, created lazily on each executor and never
+pickled), or from the ``schema`` option (air-gapped use, tests), optionally tied to one
+``schema-id``. Each schema is fetched and parsed once per decoder. With a registry, the encoder keys
+each record by an Avro record of the key columns (subject ``<topic>-key``).
 
 The Debezium semantics (op codes, upsert mode, TOAST placeholders, metadata columns) are those of
 ``debezium-json`` (:mod:`debezium`); the Connect logical types in the Avro schema are typed as in the
@@ -14,16 +16,15 @@ insert), with a writer schema generated from the table schema, or the ``schema``
 
 from __future__ import annotations
 
-import io
 import json
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import fastavro
 
 from cdcflow.formats import avro_types
+from cdcflow.formats.avro_serde import AvroReader, AvroWriter, WriterSchemas, schema_id
 from cdcflow.formats.base import (
     ControlEvent,
     Decoded,
@@ -51,37 +52,23 @@ from cdcflow.formats.debezium import (
     output_schema,
 )
 from cdcflow.formats.errors import (
-    EncodeError,
     FieldError,
-    FormatError,
     FormatOptionError,
-    MissingDependencyError,
     SchemaError,
     excerpt,
 )
 from cdcflow.formats.jsonenc import IGNORE_PARSE_ERRORS
-from cdcflow.formats.lru import SCHEMA_CACHE_SIZE, LruCache
 from cdcflow.formats.options import Option, OptionSet, optional_string
 from cdcflow.formats.redact import redact, redacted_repr
 from cdcflow.formats.registry import FormatFactory
+from cdcflow.formats.registry_client import CLIENT_KEYS as _CLIENT_KEYS
+from cdcflow.formats.registry_client import CONNECTION_OPTIONS, HEADER_SIZE, MAGIC_BYTE, RegistryConfig
+from cdcflow.formats.registry_client import check_client as _check_client
+from cdcflow.formats.registry_client import registry_client as registry_client  # re-exported
 from cdcflow.formats.types import Schema
 from cdcflow.formats.values import RowConverter
 
-if TYPE_CHECKING:
-    from confluent_kafka.schema_registry import SchemaRegistryClient
-
 NAME = "debezium-avro-confluent"
-MAGIC_BYTE = 0
-HEADER_SIZE = 5
-
-
-def _schema_id(text: str) -> int | None:
-    if not text.strip():
-        return None
-    number = int(text.strip()) if text.strip().isdigit() else -1
-    if not 0 <= number < 2**31:
-        raise ValueError(f"'{text}' is not a schema id (an integer from 0 to 2147483647)")
-    return number
 
 
 OPTIONS = OptionSet(
@@ -99,41 +86,16 @@ OPTIONS = OptionSet(
         Option("schema", optional_string, None, "the writer schema as Avro JSON, instead of the registry"),
         Option(
             "schema-id",
-            _schema_id,
+            schema_id,
             None,
             "the id of the 'schema' option's schema: decoding uses it for this id only (other ids go to the "
             "registry); encoding writes this id instead of registering",
         ),
-        Option("basic-auth.user-info", optional_string, None, "<user>:<password> for the Schema Registry"),
-        Option("bearer-auth.token", optional_string, None, "a static bearer token for the Schema Registry"),
-        Option(
-            "bearer-auth.logical-cluster",
-            optional_string,
-            None,
-            "the registry's logical cluster id, which a bearer token needs (Confluent Cloud: lsrc-...)",
-        ),
-        Option("bearer-auth.identity-pool-id", optional_string, None, "the identity pool of a bearer token"),
-        Option(
-            "ssl.ca.location", optional_string, None, "a CA certificate file (PEM) for the registry's TLS"
-        ),
-        Option("ssl.certificate.location", optional_string, None, "a client certificate file (PEM)"),
-        Option("ssl.key.location", optional_string, None, "the client certificate's private key file"),
+        *CONNECTION_OPTIONS,
         IGNORE_PARSE_ERRORS,
         *DEBEZIUM_OPTIONS,
     ],
 )
-_CLIENT_KEYS = {
-    "url": "url",
-    "basic-auth.user-info": "basic.auth.user.info",
-    "bearer-auth.token": "bearer.auth.token",
-    "bearer-auth.logical-cluster": "bearer.auth.logical.cluster",
-    "bearer-auth.identity-pool-id": "bearer.auth.identity.pool.id",
-    "ssl.ca.location": "ssl.ca.location",
-    "ssl.certificate.location": "ssl.certificate.location",
-    "ssl.key.location": "ssl.key.location",
-}
-
-RegistryConfig = tuple[tuple[str, str], ...]
 
 
 @dataclass(frozen=True)
@@ -207,41 +169,11 @@ class DebeziumAvroConfig:
         return config
 
 
-# Registry clients are per process and per configuration, never pickled: executors build their own.
-# Sharing them also gives a mock:// URL one registry per process, as Confluent's Java mock does.
-_CLIENTS: dict[RegistryConfig, SchemaRegistryClient] = {}
-_CLIENTS_LOCK = threading.Lock()
-
-
-def registry_client(registry: RegistryConfig) -> SchemaRegistryClient:
-    """The process's Schema Registry client for this configuration (``mock://`` URLs: a mock)."""
-    with _CLIENTS_LOCK:
-        client = _CLIENTS.get(registry)
-        if client is None:
-            try:
-                from confluent_kafka.schema_registry import SchemaRegistryClient
-            except ImportError:
-                raise MissingDependencyError("confluent-kafka", "kafka") from None
-            client = SchemaRegistryClient.new_client(dict(registry))
-            _CLIENTS[registry] = client
-        return client
-
-
-def _check_client(registry: RegistryConfig) -> None:
-    try:
-        registry_client(registry)
-    except (ValueError, TypeError) as error:
-        raise FormatOptionError(
-            f"the Schema Registry options are not valid: {redact(str(error), registry)}"
-        ) from None
-
-
 @dataclass(frozen=True)
 class _Writer:
-    """One writer schema, parsed once: the reader's form, the row converter and the output columns."""
+    """One writer schema, read once: its text and the row converter of its Value record."""
 
     text: str
-    parsed: Any
     rows: RowConverter
 
 
@@ -272,9 +204,10 @@ class DebeziumAvroDecoder(Decoder):
     def __init__(self, config: DebeziumAvroConfig) -> None:
         super().__init__(ignore_parse_errors=config.ignore_parse_errors)
         self.config = config
-        self._writers: LruCache[int, _Writer] = LruCache(SCHEMA_CACHE_SIZE)
         self._explicit: _Writer | None = None
-        self._keys: LruCache[int, Any] = LruCache(SCHEMA_CACHE_SIZE)
+        # confluent-kafka's deserializers, built on first use in each process (never pickled).
+        self._values: AvroReader[_Writer] | None = None
+        self._keys: AvroReader[None] | None = None
         self._builder = ChangeBuilder(
             config.mode, config.unavailable, config.key_columns, NAME, config.metadata
         )
@@ -293,17 +226,18 @@ class DebeziumAvroDecoder(Decoder):
 
     def decode_message(self, message: Message, metrics: FormatMetrics) -> Decoded:
         assert message.value is not None  # noqa: S101 - the base class skips tombstones
-        schema_id = _header(message.value)
-        writer = self._writer_for(schema_id)
-        body = io.BytesIO(message.value)
-        body.seek(HEADER_SIZE)
-        try:
-            payload = fastavro.schemaless_reader(body, writer.parsed, None)
-        except (EOFError, ValueError, IndexError, UnicodeDecodeError) as error:
-            raise FieldError(
-                "",
-                f"the Avro body does not match writer schema {schema_id} ({type(error).__name__}: {error})",
-            ) from None
+        values = self._values
+        if values is None:
+            explicit = self._explicit
+            schemas = WriterSchemas(
+                self.config.registry,
+                NAME,
+                self._writer,
+                (explicit.text, explicit) if explicit is not None else None,
+                self.config.schema_id,
+            )
+            values = self._values = AvroReader(schemas)
+        writer, payload = values.read(message.value)
         if not isinstance(payload, dict):
             raise FieldError("", "the writer schema is not a record: is this a Debezium Envelope?")
         op = payload.get("op")
@@ -326,54 +260,9 @@ class DebeziumAvroDecoder(Decoder):
                 change.row.update(extra)
         return changes
 
-    def _writer_for(self, schema_id: int) -> _Writer:
-        writer = self._writers.get(schema_id)
-        if writer is not None:
-            return writer
-        explicit = self._explicit
-        if explicit is not None and self.config.schema_id in (None, schema_id):
-            writer = explicit
-        elif self.config.url is None:
-            given = f" (the '{NAME}.schema' option is for id {self.config.schema_id})" if explicit else ""
-            raise FieldError(
-                "",
-                f"unknown schema id {schema_id}{given}: set '{NAME}.url' to fetch writer schemas from the "
-                f"Schema Registry, or '{NAME}.schema' (and '{NAME}.schema-id') to this id's writer schema",
-            )
-        else:
-            writer = self._writer(self._fetch(schema_id), f"writer schema {schema_id}")
-        self._writers.put(schema_id, writer)
-        return writer
-
-    def _fetch(self, schema_id: int) -> str:
-        client = registry_client(self.config.registry)
-        from confluent_kafka.schema_registry.error import SchemaRegistryError
-
-        try:
-            registered = client.get_schema(schema_id)
-        except SchemaRegistryError as error:
-            if error.http_status_code == 404:
-                raise FieldError(
-                    "", f"schema id {schema_id} is not in the Schema Registry at {self.config.shown_url}"
-                ) from None
-            raise FormatError(
-                f"{NAME}: the Schema Registry at {self.config.shown_url} refused schema id {schema_id}: "
-                f"{self.config.redact(error)}. "
-                f"Check '{NAME}.url' and the credentials (basic-auth.user-info, bearer-auth.token)"
-            ) from None
-        except Exception as error:  # httpx's transport errors, by any name
-            raise FormatError(
-                f"{NAME}: cannot reach the Schema Registry at {self.config.shown_url} to fetch schema id "
-                f"{schema_id} ({type(error).__name__}: {self.config.redact(error)}). Check '{NAME}.url' and "
-                f"the network, or set '{NAME}.schema' to decode without the registry"
-            ) from None
-        if (registered.schema_type or "AVRO") != "AVRO":
-            raise FieldError("", f"schema id {schema_id} is a {registered.schema_type} schema, not Avro")
-        return str(registered.schema_str)
-
     def _writer(self, text: str, where: str) -> _Writer:
         try:
-            expanded, parsed = _parse_writer(text, where)
+            expanded, _ = _parse_writer(text, where)
             physical, converters = avro_types.record_columns(_value_record(expanded))
         except SchemaError as error:
             if where.startswith("option"):
@@ -399,43 +288,25 @@ class DebeziumAvroDecoder(Decoder):
                         converters[column.name], source, column.type, column.name
                     )
             rows = RowConverter(declared, converters=chosen, unavailable=is_unavailable)
-        return _Writer(text, parsed, rows)
+        return _Writer(text, rows)
 
     def _key(self, message: Message) -> dict[str, Any] | None:
         """The Kafka key's fields, when it is an Avro record whose schema can be had; else None."""
         data = message.key
-        if data is None or len(data) < HEADER_SIZE or data[0] != MAGIC_BYTE:
+        if data is None or not self.config.registry or len(data) < HEADER_SIZE or data[0] != MAGIC_BYTE:
             return None
-        schema_id = int.from_bytes(data[1:HEADER_SIZE], "big")
-        parsed = self._keys.get(schema_id)
-        if parsed is None:
-            if self.config.url is None:
-                return None
-            try:
-                parsed = _parse_writer(self._fetch(schema_id), f"key schema {schema_id}")[1]
-            except (FieldError, SchemaError):
-                return None
-            self._keys.put(schema_id, parsed)
-        body = io.BytesIO(data)
-        body.seek(HEADER_SIZE)
+        keys = self._keys
+        if keys is None:
+            keys = self._keys = AvroReader(WriterSchemas(self.config.registry, NAME, _no_rows))
         try:
-            key = fastavro.schemaless_reader(body, parsed, None)
-        except (EOFError, ValueError, IndexError, UnicodeDecodeError):
+            _, key = keys.read(data)
+        except FieldError:
             return None
         return key if isinstance(key, dict) else None
 
 
-def _header(value: bytes) -> int:
-    if value[0] != MAGIC_BYTE:
-        raise FieldError(
-            "",
-            f"not Confluent wire format: first byte is 0x{value[0]:02x}, expected 0x00 (the magic byte of "
-            "Confluent's Avro serializer); is the topic written with another converter (JSON: "
-            "debezium-json)?",
-        )
-    if len(value) < HEADER_SIZE:
-        raise FieldError("", f"the message has {len(value)} bytes, fewer than the 5-byte Confluent header")
-    return int.from_bytes(value[1:HEADER_SIZE], "big")
+def _no_rows(text: str, where: str) -> None:
+    """A key schema: checked by the serde, its raw values used as they are (the state's key)."""
 
 
 class DebeziumAvroEncoder(EnvelopeEncoder):
@@ -444,25 +315,33 @@ class DebeziumAvroEncoder(EnvelopeEncoder):
     The writer schema is the ``schema`` option's, else generated from the table schema (Debezium's
     Connect types: Decimal bytes, MicroTimestamp, Date, ZonedTimestamp, ...). Its id is ``schema-id``,
     else the id the registry gives when it is registered under ``subject`` (default ``<topic>-value``),
-    on the first record. Updates are combined: a ``-U`` waits for its key's ``+U`` and both go out as
-    one ``u`` event. The Kafka key is left to the connector's key format (as in Flink).
+    on the first record; confluent-kafka's AvroSerializer frames the body. Updates are combined: a
+    ``-U`` waits for its key's ``+U`` and both go out as one ``u`` event.
+
+    With a registry, a topic and key columns, the Kafka key is an Avro record of the key columns, as
+    Debezium's AvroConverter writes it (record ``<topic>.Key``, subject ``<topic>-key``); without a
+    registry the key schema cannot be registered and the key is left out (None).
     """
 
     format_name = NAME
 
     def __init__(
-        self, config: DebeziumAvroConfig, key_columns: Sequence[str], topic_name: str = "cdcflow"
+        self,
+        config: DebeziumAvroConfig,
+        key_columns: Sequence[str],
+        topic_name: str = "cdcflow",
+        key_subject: str | None = None,
     ) -> None:
         assert config.schema is not None  # noqa: S101 - encoders need the row schema
         super().__init__("op", ENCODE_OP_MAPPINGS[config.mode], key_columns)
         self.config = config
         self.subject = config.subject or f"{topic_name}-value"
+        namespace = avro_types.avro_namespace(topic_name)
         if config.writer_schema is not None:
             self.writer_schema = config.writer_schema
         else:
-            namespace = avro_types.avro_namespace(topic_name)
             self.writer_schema = json.dumps(avro_types.envelope_schema(config.schema, namespace))
-        expanded, self._parsed = _parse_writer(self.writer_schema, f"option '{NAME}.schema'")
+        expanded, _ = _parse_writer(self.writer_schema, f"option '{NAME}.schema'")
         for child in avro_types.record_fields(expanded, "envelope"):
             if child["name"] not in ("before", "after", "op") and "default" not in child:
                 raise FormatOptionError(
@@ -477,14 +356,21 @@ class DebeziumAvroEncoder(EnvelopeEncoder):
                     f"column '{column.name}' is not in the Value record of '{NAME}.schema' ({wire.names})"
                 )
         self._rows = avro_types.RecordEncoder(wire)
-        self._header: bytes | None = None
-        if config.schema_id is not None:
-            self._header = _header_bytes(config.schema_id)
-        elif config.url is None:
+        if config.schema_id is None and config.url is None:
             raise FormatOptionError(
                 f"the encoder needs a schema id: set '{NAME}.url' to register the writer schema, or "
                 f"'{NAME}.schema-id' to write a known id"
             )
+        #: The Kafka key's Avro schema (None: no key is written) and its subject.
+        self.key_schema: str | None = None
+        self.key_subject = key_subject
+        if key_subject is not None and self.key_columns:
+            key_wire = Schema(tuple(wire.field(c) for c in self.key_columns))
+            self.key_schema = json.dumps(avro_types.SchemaWriter(namespace).record(key_wire, "Key"))
+            self._key_rows = avro_types.RecordEncoder(key_wire)
+        # confluent-kafka's serializers, built on the first record.
+        self._values: AvroWriter | None = None
+        self._keys: AvroWriter | None = None
 
     def _serialise(self, envelope: Mapping[str, Any]) -> Encoded:
         before, after = envelope.get("before"), envelope.get("after")
@@ -493,35 +379,23 @@ class DebeziumAvroEncoder(EnvelopeEncoder):
             "after": self._rows.encode(after) if after is not None else None,
             "op": envelope["op"],
         }
-        out = io.BytesIO()
-        out.write(self._header or self._register())
-        try:
-            fastavro.schemaless_writer(out, self._parsed, record)
-        except (ValueError, TypeError, AttributeError, OverflowError) as error:
-            raise EncodeError(
-                f"{NAME}: cannot write {record['op']!r} event as Avro ({type(error).__name__}: {error})"
-            ) from None
-        return Encoded(None, out.getvalue())
+        values = self._values
+        if values is None:
+            config = self.config
+            values = AvroWriter(config.registry, NAME, self.writer_schema, self.subject, config.schema_id)
+            self._values = values
+        value = values.write(record, f"{record['op']!r} event")
+        return Encoded(self._key(after if after is not None else before), value)
 
-    def _register(self) -> bytes:
-        from confluent_kafka.schema_registry import Schema as RegistrySchema
-
-        client = registry_client(self.config.registry)
-        try:
-            schema_id = client.register_schema(self.subject, RegistrySchema(self.writer_schema, "AVRO"))
-        except Exception as error:  # registry refusals and transport errors alike
-            raise FormatError(
-                f"{NAME}: cannot register the writer schema under subject '{self.subject}' at the Schema "
-                f"Registry {self.config.shown_url} ({type(error).__name__}: {self.config.redact(error)}). "
-                f"Check '{NAME}.url', the "
-                f"credentials and the subject's compatibility, or set '{NAME}.schema-id'"
-            ) from None
-        self._header = _header_bytes(schema_id)
-        return self._header
-
-
-def _header_bytes(schema_id: int) -> bytes:
-    return bytes([MAGIC_BYTE]) + schema_id.to_bytes(4, "big")
+    def _key(self, row: Mapping[str, Any] | None) -> bytes | None:
+        if self.key_schema is None or self.key_subject is None or row is None:
+            return None
+        keys = self._keys
+        if keys is None:
+            keys = self._keys = AvroWriter(
+                self.config.registry, NAME, self.key_schema, self.key_subject, None
+            )
+        return keys.write(self._key_rows.encode(row), "the key")
 
 
 class DebeziumAvroFormat(FormatFactory):
@@ -553,4 +427,6 @@ class DebeziumAvroFormat(FormatFactory):
                 f"set '{NAME}.subject' to register the writer schema under (Flink's default is "
                 "'<topic>-value', and no topic was given)"
             )
-        return DebeziumAvroEncoder(config, key_columns or config.key_columns, topic or "cdcflow")
+        # The Kafka key is registered under <topic>-key, as Confluent's serializer names it.
+        key_subject = f"{topic}-key" if topic is not None and config.url is not None else None
+        return DebeziumAvroEncoder(config, key_columns or config.key_columns, topic or "cdcflow", key_subject)

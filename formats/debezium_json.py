@@ -154,6 +154,11 @@ class DebeziumJsonDecoder(Decoder):
         assert message.value is not None  # noqa: S101 - the base class skips tombstones
         return self._decode(parse_json(message.value), message, metrics)
 
+    def decode_envelope(self, envelope: Any, message: Message, metrics: FormatMetrics) -> Decoded:
+        """An envelope another format has parsed (``{schema, payload}`` under ``schema-include``):
+        the shared path of the Debezium JSON formats (``debezium-json-registry``)."""
+        return self._decode(envelope, message, metrics)
+
     def _decode(self, envelope: Any, message: Message, metrics: FormatMetrics) -> Decoded:
         if not isinstance(envelope, dict):
             raise FieldError("", f"a Debezium event is a JSON object, got {type(envelope).__name__}")

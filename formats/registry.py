@@ -24,6 +24,7 @@ _BUILTIN = {
     "ogg-json": "cdcflow.formats.ogg_json:OggJsonFormat",
     "generic": "cdcflow.formats.generic:GenericFormat",
     "upsert-kafka": "cdcflow.formats.upsert_kafka:UpsertKafkaFormat",
+    "debezium-json-registry": "cdcflow.formats.debezium_json_registry:DebeziumJsonRegistryFormat",
 }
 
 

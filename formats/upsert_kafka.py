@@ -9,7 +9,10 @@ its key: a partial delete, the key columns set and the other columns NULL.
 is the field ``id`` in the key. ``value.fields-include`` says whether the value repeats the key
 columns (``ALL``, Flink's default) or not (``EXCEPT_KEY``, required with a prefix). With ALL, the
 value's copy of a key column wins, as in Flink; without a Kafka key, the key columns come from the
-value. Key and value are JSON.
+value. The value is JSON; the key JSON, or (``key.format`` = ``avro-confluent``) an Avro record in
+Confluent's wire format, read and written with confluent-kafka's serde (:mod:`avro_serde`): its
+writer schema from the Schema Registry (``key.avro-confluent.url``, subject ``<topic>-key``) or the
+``key.avro-confluent.schema`` option, its fields converted to the key columns' types.
 
 Written back, ``+I`` and ``+U`` become key + value, ``-D`` key + tombstone; ``-U`` is not written
 (an upsert topic has no use for it) and is counted in ``dropped_update_before``.
@@ -17,6 +20,7 @@ Written back, ``+I`` and ``+U`` become key + value, ``-D`` key + tombstone; ``-U
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -26,19 +30,37 @@ import orjson
 
 from cdcflow.core.model import Change
 from cdcflow.core.rowkind import DEL, UA, UB
+from cdcflow.formats import avro_types
+from cdcflow.formats.avro_serde import (
+    AvroReader,
+    AvroWriter,
+    WriterSchemas,
+    declared_rows,
+    expanded_schema,
+    schema_id,
+)
 from cdcflow.formats.base import Decoded, Decoder, Encoded, Encoder, FormatMetrics, Message, parse_json_object
-from cdcflow.formats.errors import EncodeError, FieldError, FormatOptionError
+from cdcflow.formats.errors import EncodeError, FieldError, FormatOptionError, SchemaError
 from cdcflow.formats.jsonenc import TIMESTAMP_STANDARD, RowEncoder, TimestampStandard
-from cdcflow.formats.options import Option, OptionSet, boolean, choice, names
+from cdcflow.formats.options import Option, OptionSet, boolean, choice, names, optional_string
+from cdcflow.formats.redact import redacted_repr
 from cdcflow.formats.registry import FormatFactory
+from cdcflow.formats.registry_client import CONNECTION_OPTIONS, URL, RegistryConfig, registry_config
 from cdcflow.formats.types import Field, Schema
 from cdcflow.formats.values import RowConverter
 
 NAME = "upsert-kafka"
+#: The options of an Avro key, Flink's names: ``key.avro-confluent.url`` and so on.
+KEY_AVRO = "key.avro-confluent"
 
 
 class SerialFormat(Enum):
     JSON = "json"
+
+
+class KeyFormat(Enum):
+    JSON = "json"
+    AVRO_CONFLUENT = "avro-confluent"
 
 
 class FieldsInclude(Enum):
@@ -56,7 +78,12 @@ OPTIONS = OptionSet(
             "",
             "a prefix the key columns carry in the table but not in the Kafka key (needs EXCEPT_KEY)",
         ),
-        Option("key.format", choice(SerialFormat), SerialFormat.JSON, "the Kafka key's format: json"),
+        Option(
+            "key.format",
+            choice(KeyFormat),
+            KeyFormat.JSON,
+            "the Kafka key's format: json, or avro-confluent (Confluent's Avro wire format)",
+        ),
         Option("value.format", choice(SerialFormat), SerialFormat.JSON, "the Kafka value's format: json"),
         Option(
             "value.fields-include",
@@ -66,6 +93,28 @@ OPTIONS = OptionSet(
         ),
         Option("ignore-parse-errors", boolean, False, "dead-letter records whose key or value is unreadable"),
         TIMESTAMP_STANDARD,
+        Option(f"{KEY_AVRO}.{URL.key}", URL.parse, URL.default, URL.description),
+        Option(
+            f"{KEY_AVRO}.subject",
+            optional_string,
+            None,
+            "the subject the encoder registers the key schema under (default: <topic>-key)",
+        ),
+        Option(
+            f"{KEY_AVRO}.schema",
+            optional_string,
+            None,
+            "the key's writer schema as Avro JSON, instead of the registry (encoding: instead of the one "
+            "generated from the key columns)",
+        ),
+        Option(
+            f"{KEY_AVRO}.schema-id",
+            schema_id,
+            None,
+            "the id of the key schema: decoding uses the 'schema' option for this id only; encoding writes "
+            "this id instead of registering",
+        ),
+        *(Option(f"{KEY_AVRO}.{o.key}", o.parse, o.default, o.description) for o in CONNECTION_OPTIONS),
     ],
 )
 
@@ -78,6 +127,15 @@ class UpsertKafkaConfig:
     fields_include: FieldsInclude = FieldsInclude.ALL
     ignore_parse_errors: bool = False
     timestamp_standard: TimestampStandard = TimestampStandard.SQL
+    key_format: KeyFormat = KeyFormat.JSON
+    #: An Avro key: the registry's client settings, the subject, the writer schema and its id.
+    key_registry: RegistryConfig = ()
+    key_subject: str | None = None
+    key_writer_schema: str | None = None
+    key_schema_id: int | None = None
+
+    def __repr__(self) -> str:
+        return redacted_repr(self)
 
     @classmethod
     def from_options(
@@ -115,14 +173,37 @@ class UpsertKafkaConfig:
                 f"option '{NAME}.key.fields-prefix' needs '{NAME}.value.fields-include'='EXCEPT_KEY': with "
                 "ALL the value holds the key columns under their prefixed names"
             )
-        return cls(
+        key_format: KeyFormat = values["key.format"]
+        avro = {k[len(KEY_AVRO) + 1 :]: v for k, v in values.items() if k.startswith(KEY_AVRO + ".")}
+        given = sorted(f"{KEY_AVRO}.{k}" for k, v in avro.items() if v is not None)
+        if given and key_format is not KeyFormat.AVRO_CONFLUENT:
+            raise FormatOptionError(
+                f"the options {', '.join(given)} are for an Avro key: set "
+                f"'{NAME}.key.format'='avro-confluent'"
+            )
+        config = cls(
             schema=schema,
             key_fields=key_fields,
             key_prefix=prefix,
             fields_include=include,
             ignore_parse_errors=values["ignore-parse-errors"],
             timestamp_standard=values["timestamp-format.standard"],
+            key_format=key_format,
+            key_registry=registry_config(avro, f"{NAME}.{KEY_AVRO}"),
+            key_subject=avro["subject"],
+            key_writer_schema=avro["schema"],
+            key_schema_id=avro["schema-id"],
         )
+        if config.key_writer_schema is not None:
+            try:
+                declared_rows(
+                    config.key_writer_schema, config.key_schema, f"option '{NAME}.{KEY_AVRO}.schema'"
+                )
+            except (FieldError, SchemaError) as error:
+                raise FormatOptionError(
+                    error.reason if isinstance(error, FieldError) else str(error)
+                ) from None
+        return config
 
     @property
     def key_schema(self) -> Schema:
@@ -153,6 +234,7 @@ class UpsertKafkaDecoder(Decoder):
         self._values = RowConverter(config.value_schema)
         self._columns = config.schema.names
         self._except_key = config.fields_include is FieldsInclude.EXCEPT_KEY
+        self._avro_keys: AvroReader[RowConverter] | None = None  # built on first use in each process
 
     def __reduce__(self) -> tuple[Callable[..., UpsertKafkaDecoder], tuple[UpsertKafkaConfig]]:
         return type(self), (self.config,)
@@ -189,8 +271,13 @@ class UpsertKafkaDecoder(Decoder):
         if data is None or not data.strip():
             return None
         try:
-            obj = parse_json_object(data, "the key")
-            converted = self._keys.convert(obj)
+            if self.config.key_format is KeyFormat.AVRO_CONFLUENT:
+                rows, record = self._avro_reader().read(data)
+                if not isinstance(record, dict):
+                    raise FieldError("", "the key's writer schema is not a record")
+                converted = rows.convert(record)
+            else:
+                converted = self._keys.convert(parse_json_object(data, "the key"))
         except orjson.JSONDecodeError as error:
             raise FieldError("key", f"not valid JSON ({error.msg} at character {error.pos})") from None
         except FieldError as error:
@@ -198,6 +285,29 @@ class UpsertKafkaDecoder(Decoder):
         key = {column: converted[name] for name, column in self._key_names}
         self._check_key(key, "key")
         return key
+
+    def _avro_reader(self) -> AvroReader[RowConverter]:
+        reader = self._avro_keys
+        if reader is None:
+            config = self.config
+            key_schema = config.key_schema
+
+            def load(text: str, where: str) -> RowConverter:
+                try:
+                    return declared_rows(text, key_schema, where)
+                except SchemaError as error:
+                    raise FieldError("", str(error)) from None
+
+            explicit = config.key_writer_schema
+            schemas = WriterSchemas(
+                config.key_registry,
+                f"{NAME}.{KEY_AVRO}",
+                load,
+                (explicit, load(explicit, f"option '{KEY_AVRO}.schema'")) if explicit is not None else None,
+                config.key_schema_id,
+            )
+            reader = self._avro_keys = AvroReader(schemas, f"JSON: '{NAME}.key.format'='json'")
+        return reader
 
     def _check_key(self, row: Mapping[str, Any], where: str) -> None:
         cut = len(self.config.key_prefix) if where == "key" else 0
@@ -214,7 +324,7 @@ class UpsertKafkaEncoder(Encoder):
 
     format_name = NAME
 
-    def __init__(self, config: UpsertKafkaConfig) -> None:
+    def __init__(self, config: UpsertKafkaConfig, topic: str | None = None) -> None:
         self.config = config
         key_schema = config.key_schema
         self._key_names = list(zip(key_schema.names, config.key_fields, strict=True))
@@ -222,6 +332,30 @@ class UpsertKafkaEncoder(Encoder):
         self._values = RowEncoder(config.value_schema, config.timestamp_standard)
         #: ``-U`` rows left out: an upsert topic keeps only each key's latest value.
         self.dropped_update_before = 0
+        #: An Avro key: its writer schema (given, or generated from the key columns as Debezium's
+        #: AvroConverter writes a key: record ``<topic>.Key``) and subject; the serializer is built on
+        #: the first record.
+        self.key_writer_schema: str | None = None
+        self.key_subject = config.key_subject or f"{topic or 'cdcflow'}-key"
+        self._avro_keys: AvroWriter | None = None
+        if config.key_format is KeyFormat.AVRO_CONFLUENT:
+            if config.key_schema_id is None and not config.key_registry:
+                raise FormatOptionError(
+                    f"an Avro key needs a schema id: set '{NAME}.{KEY_AVRO}.url' to register the key schema, "
+                    f"or '{NAME}.{KEY_AVRO}.schema-id' to write a known id"
+                )
+            if config.key_schema_id is None and config.key_subject is None and topic is None:
+                raise FormatOptionError(
+                    f"set '{NAME}.{KEY_AVRO}.subject' to register the key schema under (the default is "
+                    "'<topic>-key', and no topic was given)"
+                )
+            text = config.key_writer_schema
+            if text is None:
+                namespace = avro_types.avro_namespace(topic or "cdcflow")
+                text = json.dumps(avro_types.SchemaWriter(namespace).record(key_schema, "Key"))
+            self.key_writer_schema = text
+            wire, _ = avro_types.record_columns(expanded_schema(text, f"the key schema of '{NAME}'"))
+            self._avro_rows = avro_types.RecordEncoder(wire.select([n for n, _ in self._key_names]))
 
     def encode(self, change: Change) -> list[Encoded]:
         if change.kind is UB:
@@ -237,10 +371,24 @@ class UpsertKafkaEncoder(Encoder):
                     "needs the whole key on every record"
                 )
             key_row[name] = value
-        key = orjson.dumps(self._keys.encode(key_row))
+        key = self._avro_key(key_row) if self.key_writer_schema else orjson.dumps(self._keys.encode(key_row))
         if change.kind is DEL:
             return [Encoded(key, None)]
         return [Encoded(key, orjson.dumps(self._values.encode(row)))]
+
+    def _avro_key(self, key_row: Mapping[str, Any]) -> bytes:
+        writer = self._avro_keys
+        if writer is None:
+            config = self.config
+            assert self.key_writer_schema is not None  # noqa: S101 - only for an Avro key
+            writer = self._avro_keys = AvroWriter(
+                config.key_registry,
+                f"{NAME}.{KEY_AVRO}",
+                self.key_writer_schema,
+                self.key_subject,
+                config.key_schema_id,
+            )
+        return writer.write(self._avro_rows.encode(key_row), "the key")
 
 
 class UpsertKafkaFormat(FormatFactory):
@@ -252,9 +400,21 @@ class UpsertKafkaFormat(FormatFactory):
     ) -> UpsertKafkaDecoder:
         if metadata:
             raise FormatOptionError(f"format '{NAME}' has no metadata columns ({', '.join(metadata)})")
-        return UpsertKafkaDecoder(UpsertKafkaConfig.from_options(options, self.require_schema(schema)))
+        config = UpsertKafkaConfig.from_options(options, self.require_schema(schema))
+        avro_key = config.key_format is KeyFormat.AVRO_CONFLUENT
+        if avro_key and not config.key_registry and config.key_writer_schema is None:
+            raise FormatOptionError(
+                f"an Avro key needs its writer schemas: set '{NAME}.{KEY_AVRO}.url' to the Schema "
+                f"Registry, or '{NAME}.{KEY_AVRO}.schema' to the key's writer schema (Avro JSON)"
+            )
+        return UpsertKafkaDecoder(config)
 
     def create_encoder(
-        self, options: Mapping[str, str], schema: Schema, key_columns: Sequence[str] = ()
+        self,
+        options: Mapping[str, str],
+        schema: Schema,
+        key_columns: Sequence[str] = (),
+        topic: str | None = None,
     ) -> UpsertKafkaEncoder:
-        return UpsertKafkaEncoder(UpsertKafkaConfig.from_options(options, schema, key_columns))
+        """``topic`` names an Avro key's subject (``<topic>-key``) and record namespace."""
+        return UpsertKafkaEncoder(UpsertKafkaConfig.from_options(options, schema, key_columns), topic)

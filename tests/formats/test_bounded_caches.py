@@ -71,11 +71,20 @@ def test_canal_mysql_type_maps_are_cached_up_to_the_documented_size() -> None:
 
 
 def test_avro_writer_schemas_are_bounded_too() -> None:
-    from tests.formats.avro_events import ENVELOPE_TEXT, FACTORY
+    from tests.formats.avro_events import ENVELOPE_TEXT, FACTORY, messages
 
+    # The schema option stands for every id (no schema-id): one cache entry per id seen, the last 1024.
     decoder = FACTORY.create_decoder({"schema": ENVELOPE_TEXT})
-    assert isinstance(decoder._writers, LruCache) and decoder._writers.size == SCHEMA_CACHE_SIZE
-    assert isinstance(decoder._keys, LruCache) and decoder._keys.size == SCHEMA_CACHE_SIZE
+    for schema_id in range(SCHEMA_CACHE_SIZE + 10):
+        assert len(decoder.decode_all(messages(schema_id)[:1]).changes) == 1
+    assert decoder._values is not None
+    writers = decoder._values.schemas._entries
+    assert isinstance(writers, LruCache) and len(writers) == SCHEMA_CACHE_SIZE
+    keyed = FACTORY.create_decoder({"url": "mock://bounded-keys"})
+    assert keyed._key(Message(b"", key=b"\x00\x00\x00\x00\x01\x02")) is None  # id 1: not registered
+    assert keyed._keys is not None
+    keys = keyed._keys.schemas._entries
+    assert isinstance(keys, LruCache) and keys.size == SCHEMA_CACHE_SIZE
 
 
 def test_toast_fill_state_keeps_the_last_keys_and_reports_beyond_them() -> None:

@@ -111,7 +111,7 @@ def test_bad_options_fail_listing_what_is_valid(raw: dict[str, str], message: st
 
 
 def test_registry_knows_the_builtin_formats() -> None:
-    assert available_formats()[:7] == [
+    assert available_formats()[:8] == [
         "debezium-json",
         "debezium-avro-confluent",
         "canal-json",
@@ -119,6 +119,7 @@ def test_registry_knows_the_builtin_formats() -> None:
         "ogg-json",
         "generic",
         "upsert-kafka",
+        "debezium-json-registry",
     ]
     for name in available_formats():
         assert resolve_format(name).name == name

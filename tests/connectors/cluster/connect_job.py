@@ -54,6 +54,17 @@ def main(url: str, out: str, events: str, canal: str, bootstrap: str, topic: str
         register(spark)
         return rows(spark.read.format("cdc-canal").option("columns", PRODUCTS).load(canal))
 
+    def sql_function() -> list[dict[str, Any]]:
+        """FROM_CHANGELOG as SQL text, registered by the client (after registered_by_the_client)."""
+        envelopes = "VALUES ('c', 1, 'a', 1), ('u', 1, 'b', 2), ('d', 1, 'b', 3) AS t(op, id, name, seq)"
+        return rows(
+            spark.sql(
+                f"SELECT * FROM FROM_CHANGELOG(input => TABLE(SELECT * FROM {envelopes}), "
+                "op_mapping => map('c', 'INSERT', 'u', 'UPDATE_BEFORE, UPDATE_AFTER', 'd', 'DELETE'), "
+                "state_ttl => INTERVAL '0' MINUTE, partition_by => 'id', sequence_by => 'seq')"
+            )
+        )
+
     def stream() -> list[dict[str, Any]]:
         query = (
             spark.readStream.format("cdc-debezium")
@@ -92,6 +103,7 @@ def main(url: str, out: str, events: str, canal: str, bootstrap: str, topic: str
     attempt(results, "file_batch", file_batch)
     attempt(results, "kafka_batch", kafka_batch)
     attempt(results, "registered_by_the_client", registered_by_the_client)
+    attempt(results, "sql_function", sql_function)
     attempt(results, "stream", stream)
     attempt(results, "ingest", ingest)
     with open(out, "w") as handle:

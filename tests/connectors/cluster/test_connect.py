@@ -15,6 +15,8 @@ from golden_cases import GOLDEN, TESTDATA, load
 from source_cases import EXCLUDE, GOLDEN_ROWS, LINE_OF_ROW, ProductsTopic, render
 from standalone import spark_env
 
+from cdcflow import from_changelog
+
 pytestmark = pytest.mark.integration
 HERE = Path(__file__).parent
 CANAL = TESTDATA / "flink" / "canal-data.txt"
@@ -53,6 +55,18 @@ def test_cdc_sources_through_spark_connect(
     assert len(results["stream"]["ok"]) == len(results["kafka_batch"]["ok"])
 
     assert [render(row) for row in results["registered_by_the_client"]["ok"]] == CANAL_ROWS
+    engine = from_changelog(
+        [
+            {"op": "c", "id": 1, "name": "a"},
+            {"op": "u", "id": 1, "name": "b"},
+            {"op": "d", "id": 1, "name": "b"},
+        ],
+        op_mapping={"c": "INSERT", "u": "UPDATE_BEFORE, UPDATE_AFTER", "d": "DELETE"},
+        state_ttl=0,
+        partition_by="id",
+    )
+    expected = [{**change.row, "_row_kind": change.kind.value} for change in engine]
+    assert results["sql_function"]["ok"] == expected
 
     refused = results["ingest"]
     assert refused.get("error") == "PySparkPicklingError", refused
