@@ -250,6 +250,13 @@ def _analysis(
 ) -> ChangelogAnalysis:
     """A keyed call asks Spark for each key's rows together (all rows when there is no key), in
     ``sequence_by`` order; a stateless one leaves the input as it is."""
+    if keyed and not layout.sequence_by and layout.time_column is None:
+        raise CdcflowError(
+            "this call keeps state per key, so each key's rows must reach it in their order, and Spark "
+            "hands rows over in shuffle order: name the order with sequence_by => 'seq' (e.g. "
+            "array('kafka_partition', 'kafka_offset')), or sort by event time with "
+            "order_by / on_time => 'ts'"
+        )
     order = [OrderingColumn(_quoted(name)) for name in layout.sequence_by] if keyed else []
     return ChangelogAnalysis(
         schema=layout.output,
@@ -272,18 +279,11 @@ def _from_key_sql(params: FromChangelogParams) -> list[str]:
     new = old if after_field is None else _quoted(after_field)
     writes = [code for code, kinds in params.op_mapping.groups.items() if INS in kinds or UA in kinds]
     codes = ", ".join(_literal(code) for code in writes) or "NULL"
-    keys = []
-    for name in params.partition_by:
-        if name in params.passthrough:
-            keys.append(_quoted(name))
-            continue
-        field_name = _quoted(name)
-        keys.append(
-            f"CASE WHEN CAST({_quoted(params.op)} AS STRING) IN ({codes}) "
-            f"THEN coalesce({new}.{field_name}, {old}.{field_name}) "
-            f"ELSE coalesce({old}.{field_name}, {new}.{field_name}) END"
-        )
-    return keys
+    image = (
+        f"(CASE WHEN CAST({_quoted(params.op)} AS STRING) IN ({codes}) "
+        f"THEN coalesce({new}, {old}) ELSE coalesce({old}, {new}) END)"
+    )
+    return [_quoted(n) if n in params.passthrough else f"{image}.{_quoted(n)}" for n in params.partition_by]
 
 
 def _quoted(name: str) -> str:

@@ -109,6 +109,8 @@ class ToRows:
     def feed(self, engine: ToChangelog, record: Record) -> list[Record]:
         column = self.layout.row_kind_column
         short = record.pop(column)
+        if short is None:
+            raise ChangelogDataError("the row kind is NULL: each change needs +I, -U, +U or -D", field=column)
         kind = _ROW_KINDS.get(short)
         if kind is None:
             raise ChangelogDataError(f"{short!r} is not a row kind: use one of +I, -U, +U, -D", field=column)

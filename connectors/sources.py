@@ -23,16 +23,13 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructField, StructType
 
+from cdcflow.formats.redact import is_secret, redact
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from cdcflow.connectors.read_plan import ReadPlan
 
-
-CATALOG_KEYS = frozenset(
-    {"provider", "owner", "location", "comment", "external", "is_managed_location", "table_type", "collation"}
-)
-"""What Spark's catalog adds to a ``CREATE TABLE``'s options (besides an ``option.`` copy of each)."""
 
 OPTIONS_METADATA = "cdcflow.options"
 """The column metadata key holding a catalog table's options (Spark does not pass them to readers)."""
@@ -53,14 +50,17 @@ class CdcSource(DataSource):
 
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
-        self.options = table_options(options)
-        self._catalog_table = any(k.lower() in CATALOG_KEYS for k in options)
+        # Spark's catalog names the provider; a read's own options never hold that key with our name.
+        self._catalog_table = str(options.get("provider", "")).lower() == self.short_name
+        self.options = table_options(options) if self._catalog_table else CaseInsensitiveDict(options)
 
     @classmethod
     def name(cls) -> str:
         return cls.short_name
 
     def schema(self) -> StructType:
+        if self._catalog_table:
+            _refuse_secrets(self.options)
         output = self._derived_plan().output
         if not self._catalog_table:
             return output
@@ -199,14 +199,12 @@ SOURCES: tuple[type[CdcSource], ...] = (
 
 
 def table_options(options: Mapping[str, str]) -> CaseInsensitiveDict:
-    """The options as the user wrote them: a catalog table's come with Spark's keys (owner, provider,
-    location, TBLPROPERTIES) and each option also as ``option.<key>``; ``path`` comes qualified
-    (``file:/...``), as the catalog stores it."""
+    """A catalog table's options as the user wrote them: Spark adds its own keys (owner, provider,
+    location, comment, TBLPROPERTIES) and each option again as ``option.<key>``, and qualifies
+    ``path`` (``file:/...``)."""
     prefixed = {
         k[len(_OPTION_PREFIX) :]: v for k, v in options.items() if k.lower().startswith(_OPTION_PREFIX)
     }
-    if not prefixed and not any(k.lower() in CATALOG_KEYS for k in options):
-        return CaseInsensitiveDict(options)
     path = options.get("path")
     if path is not None:
         parsed = urlparse(path)
@@ -214,7 +212,22 @@ def table_options(options: Mapping[str, str]) -> CaseInsensitiveDict:
     return CaseInsensitiveDict(prefixed)
 
 
+def _refuse_secrets(options: Mapping[str, str]) -> None:
+    """A catalog table's options live in its schema, which every DataFrame read from it carries."""
+    secret = sorted(k for k, v in options.items() if is_secret(k) or redact(str(v)) != str(v))
+    if secret:
+        from cdcflow.connectors.errors import ConnectorOptionError
+
+        raise ConnectorOptionError(f"option(s) {secret} hold credentials{_CREDENTIALS_HINT}")
+
+
 _OPTION_PREFIX = "option."
+_CREDENTIALS_HINT = (
+    ", and a cdc-* table keeps its options in its schema's column metadata, which every DataFrame read "
+    "from the table carries: leave them out of CREATE TABLE and give them with each query, SELECT * "
+    "FROM t WITH ('<key>'='...') or spark.readStream.option('<key>', ...).table('t'), or read with "
+    "spark.read.format(...)"
+)
 _COLUMN_LIST_HINT = (
     ": a table created with a column list, CREATE TABLE t (...) USING `cdc-...` OPTIONS (...), does not "
     "hand its OPTIONS to a Python data source. Leave out the column list and give the columns as an "

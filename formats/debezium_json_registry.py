@@ -394,7 +394,8 @@ class DebeziumJsonRegistryEncoder(EnvelopeEncoder):
     The writer schema is the ``schema`` option's, else generated from the table schema as the
     JsonSchemaConverter writes Debezium's Connect schema. Its id is ``schema-id`` (framed here, no
     registry), else the id ``JSONSerializer`` registers it under ``subject`` (default
-    ``<topic>-value``) on the first record. The Kafka key is left to the connector's key format.
+    ``<topic>-value``) on the first record. The Kafka key is the key columns as a plain JSON object
+    (as debezium-json writes it without schemas), so each key keeps to one partition.
     """
 
     format_name = NAME
@@ -435,12 +436,19 @@ class DebeziumJsonRegistryEncoder(EnvelopeEncoder):
             "after": self._row(after) if after is not None else None,
             "op": envelope["op"],
         }
+        key = self._key(after if after is not None else before)
         if self._header is not None:
             try:
-                return Encoded(None, self._header + _dumps(record))
+                return Encoded(key, self._header + _dumps(record))
             except TypeError as error:
                 raise EncodeError(f"{NAME}: cannot write {record['op']!r} event as JSON ({error})") from None
-        return Encoded(None, self._serialize(record))
+        return Encoded(key, self._serialize(record))
+
+    def _key(self, row: Mapping[str, Any] | None) -> bytes | None:
+        if not self.key_columns or row is None:
+            return None
+        types = {f.name: f.type for f in self.schema}
+        return _dumps({c: json_schema_types.json_value(row.get(c), types[c]) for c in self.key_columns})
 
     def _row(self, row: Mapping[str, Any]) -> dict[str, Any]:
         return {f.name: json_schema_types.json_value(row.get(f.name), f.type) for f in self.schema}

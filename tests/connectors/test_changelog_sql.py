@@ -21,7 +21,7 @@ from pyspark.errors import AnalysisException, PythonException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as st
 
-from cdcflow import Change, InvalidOperationError, RowKind, from_changelog, to_changelog
+from cdcflow import Change, InvalidOperationError, NullKeyError, RowKind, from_changelog, to_changelog
 from cdcflow.connectors.changelog_sql import register_functions
 
 Row = dict[str, Any]
@@ -950,6 +950,28 @@ TO_CASES = [
         engine_to(op_mapping=TO_COMBINED),
     ),
     Case(
+        "4.3.4-with-state",
+        f"""SELECT * FROM TO_CHANGELOG(
+            input => TABLE(t),
+            partition_by => 'id',
+            sequence_by => 'seq',
+            state_ttl => INTERVAL '1' HOUR,
+            op_mapping => {TO_COMBINED_MAP})""",
+        {
+            "t": changes(
+                KINDS, ("+I", 1, "a"), ("-U", 1, "a"), ("+I", 2, "b"), ("+U", 1, "a2"), ("-U", 2, "b")
+            )
+        },
+        engine_to(partition_by="id", state_ttl=timedelta(hours=1), op_mapping=TO_COMBINED),
+        key=by("id"),
+    ),
+    Case(
+        "4.3.7-passthrough-without-images",
+        "SELECT * FROM FROM_CHANGELOG(input => TABLE(flat_stream), passthrough => 'name')",
+        {"flat_stream": flat_stream()},
+        engine_from(passthrough="name"),
+    ),
+    Case(
         "4.5.1",
         """SELECT * FROM FROM_CHANGELOG(
             input => TABLE(SELECT * FROM TO_CHANGELOG(input => TABLE(my_table))))""",
@@ -1043,6 +1065,15 @@ def test_output_columns_are_the_engines_with_the_row_kind_last(sql: SparkSession
             "op_mapping => map('c', 'INSERT', 'r', 'INSERT, DELETE', 'x', 'DELETE'))",
             "DELETE",
         ),
+        (  # 4.3.6: groupings must be compatible
+            "FROM_CHANGELOG(input => TABLE(cdc_stream), op_mapping => map('c', 'INSERT, DELETE'))",
+            "op_mapping groups INSERT, DELETE together, which is not a compatible grouping",
+        ),
+        (  # 4.3.7: passthrough and the images' fields are disjoint
+            "FROM_CHANGELOG(input => TABLE(keyed_stream), before => 'before', after => 'after', "
+            "passthrough => 'id')",
+            "passthrough field(s) ['id'] are also columns of the image",
+        ),
         (  # 4.3.7: passthrough must not name an image
             "FROM_CHANGELOG(input => TABLE(cdc_stream), before => 'before', after => 'after', "
             "passthrough => 'after')",
@@ -1051,6 +1082,11 @@ def test_output_columns_are_the_engines_with_the_row_kind_last(sql: SparkSession
         (  # state needs a key, said in SQL
             "FROM_CHANGELOG(input => TABLE(cdc_stream), op_mapping => map('c', 'INSERT, UPDATE_AFTER'))",
             "set state_ttl (INTERVAL '0' MINUTE keeps state forever) and partition_by",
+        ),
+        (  # state needs each key's rows in order, which Spark does not keep
+            "FROM_CHANGELOG(input => TABLE(cdc_stream), before => 'before', after => 'after', "
+            "partition_by => 'id', state_ttl => INTERVAL '0' MINUTE)",
+            "name the order with sequence_by => 'seq'",
         ),
         ("FROM_CHANGELOG(input => TABLE(cdc_stream), opp => 'op')", "no argument(s) named ['opp']"),
         ("FROM_CHANGELOG(input => TABLE(cdc_stream), op => uuid())", "argument op must be a constant"),
@@ -1065,8 +1101,11 @@ def test_output_columns_are_the_engines_with_the_row_kind_last(sql: SparkSession
     ids=[
         "4.3.6-names",
         "4.3.6-once",
+        "4.3.6-grouping",
+        "4.3.7-image-field",
         "4.3.7",
         "needs-state",
+        "needs-order",
         "unknown",
         "column",
         "missing",
@@ -1078,7 +1117,8 @@ def test_output_columns_are_the_engines_with_the_row_kind_last(sql: SparkSession
 def test_arguments_are_checked_when_spark_analyses_the_query(
     sql: SparkSession, call: str, message: str
 ) -> None:
-    create_views(sql, {"cdc_stream": envelopes(NESTED, *NESTED_ROWS)})
+    keyed = f"op STRING, id INT, before {NAME_IMAGE}, after {NAME_IMAGE}"
+    create_views(sql, {"cdc_stream": envelopes(NESTED, *NESTED_ROWS), "keyed_stream": envelopes(keyed)})
     with pytest.raises(AnalysisException) as raised:
         sql.sql(f"SELECT * FROM {call}")  # no action: the error comes from the analysis
     assert "TABLE_VALUED_FUNCTION_FAILED_TO_ANALYZE_IN_PYTHON" in str(raised.value)
@@ -1106,6 +1146,27 @@ def test_4_3_5_null_operation_fails_the_query(sql: SparkSession) -> None:
         sql.sql("SELECT * FROM FROM_CHANGELOG(input => TABLE(cdc_stream))").collect()
 
 
+def test_4_3_5_null_key_fails_the_query_with_the_engines_message(sql: SparkSession) -> None:
+    rows = [{"op": "c", "id": None, "name": "a"}]
+    create_views(sql, {"cdc_stream": envelopes(FLAT, ("c", None, "a"))})
+    mapping = {"c": "INSERT, UPDATE_AFTER"}
+    with pytest.raises(NullKeyError) as engine_error:
+        engine_from(op_mapping=mapping, partition_by="id", state_ttl=0)(rows)
+    with pytest.raises(PythonException) as raised:
+        sql.sql(
+            "SELECT * FROM FROM_CHANGELOG(input => TABLE(cdc_stream), op_mapping => map('c', "
+            "'INSERT, UPDATE_AFTER'), partition_by => 'id', sequence_by => 'seq', "
+            "state_ttl => INTERVAL '0' MINUTE)"
+        ).collect()
+    assert engine_error.value.reason in str(raised.value)
+
+
+def test_a_null_row_kind_fails_the_query_as_in_the_dataframe_api(sql: SparkSession) -> None:
+    create_views(sql, {"t": Table("_row_kind STRING, id INT", [{"_row_kind": None, "id": 1}])})
+    with pytest.raises(PythonException, match="the row kind is NULL: each change needs"):
+        sql.sql("SELECT * FROM TO_CHANGELOG(input => TABLE(t))").collect()
+
+
 def test_a_keyed_call_refuses_the_partition_by_clause(sql: SparkSession) -> None:
     """The function partitions by ``partition_by`` itself; Spark then refuses a second partitioning."""
     create_views(sql, {"t": changes(KINDS, ("-U", 5, "old"), ("+U", 5, "new"))})
@@ -1114,7 +1175,8 @@ def test_a_keyed_call_refuses_the_partition_by_clause(sql: SparkSession) -> None
     ):
         sql.sql(
             "SELECT * FROM TO_CHANGELOG(input => TABLE(t) PARTITION BY id, partition_by => 'id', "
-            f"before => 'before', after => 'after', op_mapping => {TO_COMBINED_MAP})"
+            "sequence_by => 'seq', before => 'before', after => 'after', "
+            f"op_mapping => {TO_COMBINED_MAP})"
         )
 
 
@@ -1141,14 +1203,16 @@ def test_stateless_calls_run_on_a_stream(sql: SparkSession, tmp_path: Any) -> No
 def test_a_stateful_call_on_a_stream_fails_and_names_the_dataframe_api(
     sql: SparkSession, tmp_path: Any
 ) -> None:
+    """All rows in one instance (no partition_by, no sequence_by): no sort, so Spark accepts the stream
+    and the task refuses it. With a key or an order Spark refuses the sort on a stream at the start."""
     (tmp_path / "in").mkdir()
-    (tmp_path / "in" / "a.json").write_text('{"_row_kind": "-U", "id": 1, "name": "a"}\n')
-    sql.readStream.schema("_row_kind STRING, id INT, name STRING").json(
-        str(tmp_path / "in")
-    ).createOrReplaceTempView("changes_src")
+    (tmp_path / "in" / "a.json").write_text(
+        '{"op": "c", "id": 1, "name": "a", "ts": "2024-01-01T00:00:00"}\n'
+    )
+    schema = "op STRING, id INT, name STRING, ts TIMESTAMP"
+    sql.readStream.schema(schema).json(str(tmp_path / "in")).createOrReplaceTempView("timed_src")
     df = sql.sql(
-        "SELECT * FROM TO_CHANGELOG(input => TABLE(changes_src), before => 'before', after => 'after', "
-        f"op_mapping => {TO_COMBINED_MAP})"
+        f"SELECT * FROM FROM_CHANGELOG(input => TABLE(timed_src), order_by => 'ts', op_mapping => {CDU_MAP})"
     )
     query = df.writeStream.trigger(availableNow=True).format("noop").start()
     with pytest.raises(Exception, match="DataFrame API"):

@@ -118,11 +118,32 @@ def test_a_table_with_a_column_list_says_how_to_give_its_options(catalog: SparkS
 def test_every_source_takes_create_table_options_without_the_catalogs_keys(
     catalog: SparkSession, source: str
 ) -> None:
-    spark = catalog
     """Spark adds owner, provider, location and an ``option.`` copy of each option: none is refused as
     unknown; what is refused is what the source itself lacks (here: an input)."""
+    spark = catalog
     with pytest.raises(AnalysisException) as failure:
         spark.sql(f"CREATE TABLE nowhere USING `{source}` OPTIONS (columns 'id INT NOT NULL, name STRING')")
     message = str(failure.value)
     assert "Unsupported options" not in message
     assert "owner" not in message and "option.columns" not in message
+
+
+def test_a_table_refuses_credentials_in_its_options(catalog: SparkSession, tmp_path: Path) -> None:
+    """Its options live in its schema, which every DataFrame read from the table carries."""
+    case = next(c for c in CASES if c.format == "debezium-json")
+    options = options_sql(case, input_dir(case, tmp_path))
+    with pytest.raises(AnalysisException) as failure:
+        catalog.sql(
+            f"CREATE TABLE with_secret USING `cdc-debezium` OPTIONS ({options}, "
+            "`kafka.sasl.jaas.config` 'org.apache.kafka.common.security.plain.PlainLoginModule required "
+            'username="u" password="hunter22";\')'
+        )
+    assert "['kafka.sasl.jaas.config'] hold credentials" in str(failure.value)
+    assert "hunter22" not in str(failure.value)
+
+
+def test_a_reads_catalog_like_option_is_refused_not_dropped(spark: SparkSession) -> None:
+    """Only Spark's catalog makes a table: a read's own 'owner' option is an unknown option."""
+    reader = spark.read.format("cdc-debezium").option("columns", "id INT").option("owner", "me")
+    with pytest.raises(AnalysisException, match="Unsupported options for format 'debezium-json': owner"):
+        reader.load("/nowhere").collect()

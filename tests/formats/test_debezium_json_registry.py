@@ -331,6 +331,10 @@ def test_encoder_golden_bytes_with_a_known_schema_id() -> None:
         b"\x00\x00\x00\x00\x07"
         b'{"before":null,"after":{"id":1,"name":"a","price":1.50,"ts":1704164645678901},"op":"c"}'
     )
+    keyed = FACTORY.create_encoder({"schema-id": "7"}, table, ["id"])
+    [encoded_with_key] = keyed.encode_all([Change(RowKind.INSERT, row)])
+    assert encoded_with_key.key == b'{"id":1}'  # the key columns, so a key keeps to one partition
+    assert encoded_with_key.value == encoded.value
 
 
 def test_generated_writer_schema_is_the_converters_form() -> None:
