@@ -113,7 +113,8 @@ class StandaloneCluster:
     def alive_workers(self) -> int:
         try:
             workers = self.state()["workers"]
-        except OSError:
+        except (OSError, ValueError):
+            # not listening yet, or its UI is up before its JSON page (the master page's HTML answers)
             return 0
         assert isinstance(workers, list)
         return sum(1 for worker in workers if worker["state"] == "ALIVE")
