@@ -25,7 +25,7 @@ import inspect
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, cast
 
@@ -71,7 +71,6 @@ class ChangelogAnalysis(AnalyzeResult):
 
     conversion: FromRows | ToRows | None = None
     keyed: bool = False
-    output_names: tuple[str, ...] = field(default_factory=tuple)
 
 
 class _ChangelogFunction:
@@ -94,7 +93,7 @@ class _ChangelogFunction:
             )
         self._conversion: Conversion = analysis.conversion
         self._hidden = frozenset(analysis.conversion.layout.hidden)
-        self._names = analysis.output_names
+        self._names = tuple(analysis.schema.names)
         now = time.time()  # one processing time per query: nothing expires within a batch query
         self._engine = self._conversion.engine(lambda: now, InMemoryStateStore())
 
@@ -265,7 +264,6 @@ def _analysis(
         orderBy=order,
         conversion=conversion,
         keyed=keyed,
-        output_names=tuple(layout.output.names),
     )
 
 

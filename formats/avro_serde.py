@@ -58,16 +58,6 @@ def _serde() -> Any:
     return avro
 
 
-def schema_id(text: str) -> int | None:
-    """The ``schema-id`` options: blank, or an id from 0 to 2**31 - 1."""
-    if not text.strip():
-        return None
-    number = int(text.strip()) if text.strip().isdigit() else -1
-    if not 0 <= number < 2**31:
-        raise ValueError(f"'{text}' is not a schema id (an integer from 0 to 2147483647)")
-    return number
-
-
 def expanded_schema(text: str, where: str) -> Any:
     """An Avro schema's JSON with its named types expanded in place (their attributes kept)."""
     try:

@@ -24,7 +24,7 @@ from typing import Any
 import fastavro
 
 from cdcflow.formats import avro_types
-from cdcflow.formats.avro_serde import AvroReader, AvroWriter, WriterSchemas, schema_id
+from cdcflow.formats.avro_serde import AvroReader, AvroWriter, WriterSchemas
 from cdcflow.formats.base import (
     ControlEvent,
     Decoded,
@@ -62,7 +62,13 @@ from cdcflow.formats.options import Option, OptionSet, optional_string
 from cdcflow.formats.redact import redact, redacted_repr
 from cdcflow.formats.registry import FormatFactory
 from cdcflow.formats.registry_client import CLIENT_KEYS as _CLIENT_KEYS
-from cdcflow.formats.registry_client import CONNECTION_OPTIONS, HEADER_SIZE, MAGIC_BYTE, RegistryConfig
+from cdcflow.formats.registry_client import (
+    CONNECTION_OPTIONS,
+    HEADER_SIZE,
+    MAGIC_BYTE,
+    RegistryConfig,
+    schema_id,
+)
 from cdcflow.formats.registry_client import check_client as _check_client
 from cdcflow.formats.registry_client import registry_client as registry_client  # re-exported
 from cdcflow.formats.types import Schema

@@ -74,6 +74,7 @@ from cdcflow.formats.registry_client import (
     header_bytes,
     registry_client,
     registry_config,
+    schema_id,
     schema_id_of,
     shown_url,
 )
@@ -84,15 +85,6 @@ NAME = "debezium-json-registry"
 _NO_TOPIC = "cdcflow"
 #: The longest validator message a reason quotes (it shows the offending value).
 _MAX_VALIDATION_MESSAGE = 300
-
-
-def _schema_id(text: str) -> int | None:
-    if not text.strip():
-        return None
-    number = int(text.strip()) if text.strip().isdigit() else -1
-    if not 0 <= number < 2**31:
-        raise ValueError(f"'{text}' is not a schema id (an integer from 0 to 2147483647)")
-    return number
 
 
 OPTIONS = OptionSet(
@@ -108,7 +100,7 @@ OPTIONS = OptionSet(
         Option("schema", optional_string, None, "the writer JSON Schema, instead of the registry"),
         Option(
             "schema-id",
-            _schema_id,
+            schema_id,
             None,
             "the id of the 'schema' option's schema: decoding uses it for this id only (other ids go to the "
             "registry); encoding writes this id instead of registering",

@@ -153,3 +153,13 @@ def fetch_schema(
     if found != schema_type:
         raise FieldError("", f"schema id {schema_id} is a {found} schema, not {schema_type}")
     return str(registered.schema_str)
+
+
+def schema_id(text: str) -> int | None:
+    """The ``schema-id`` options: blank, or an id from 0 to 2**31 - 1."""
+    if not text.strip():
+        return None
+    number = int(text.strip()) if text.strip().isdigit() else -1
+    if not 0 <= number < 2**31:
+        raise ValueError(f"'{text}' is not a schema id (an integer from 0 to 2147483647)")
+    return number

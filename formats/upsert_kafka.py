@@ -37,7 +37,6 @@ from cdcflow.formats.avro_serde import (
     WriterSchemas,
     declared_rows,
     expanded_schema,
-    schema_id,
 )
 from cdcflow.formats.base import Decoded, Decoder, Encoded, Encoder, FormatMetrics, Message, parse_json_object
 from cdcflow.formats.errors import EncodeError, FieldError, FormatOptionError, SchemaError
@@ -45,7 +44,13 @@ from cdcflow.formats.jsonenc import TIMESTAMP_STANDARD, RowEncoder, TimestampSta
 from cdcflow.formats.options import Option, OptionSet, boolean, choice, names, optional_string
 from cdcflow.formats.redact import redacted_repr
 from cdcflow.formats.registry import FormatFactory
-from cdcflow.formats.registry_client import CONNECTION_OPTIONS, URL, RegistryConfig, registry_config
+from cdcflow.formats.registry_client import (
+    CONNECTION_OPTIONS,
+    URL,
+    RegistryConfig,
+    registry_config,
+    schema_id,
+)
 from cdcflow.formats.types import Field, Schema
 from cdcflow.formats.values import RowConverter
 
