@@ -1,0 +1,1 @@
+"""Kafka without Spark: options, offsets, reading ranges, producing, listing partitions."""

@@ -1,0 +1,1 @@
+"""Applying changelog batches to Delta tables with delta-rs; no Spark."""

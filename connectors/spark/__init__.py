@@ -1,0 +1,1 @@
+"""The Spark side: cdc-* data sources and sinks, read planning, executor decoding, sessions."""

@@ -1,0 +1,1 @@
+"""FROM_CHANGELOG / TO_CHANGELOG on DataFrames and as Spark SQL table functions."""

@@ -1,0 +1,1 @@
+"""Confluent Schema Registry wire formats: the client and header, Avro and JSON Schema mappings."""
