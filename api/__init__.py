@@ -42,7 +42,7 @@ def register(spark: SparkSession) -> None:
     Spark also finds the sources by itself (the installed ``pyspark_cdc_*`` modules), provided its workers
     run a Python where cdcflow is installed: the one ``PYSPARK_PYTHON`` names.
     """
-    from cdcflow.connectors.sources import register as register_sources
+    from cdcflow.connectors.spark.sources import register as register_sources
 
     register_sources(spark)
 

@@ -47,7 +47,7 @@ import pyarrow.compute as pc
 from cdc_history import Row, events, fold, write_history
 from deltalake import DeltaTable, write_deltalake
 
-from cdcflow.connectors.lakehouse.apply import ApplyOptions, DeltaChangeApplier, Materialize
+from cdcflow.connectors.lakehouse.delta.apply import ApplyOptions, DeltaChangeApplier, Materialize
 from cdcflow.connectors.lakehouse.ingest import IngestConfig, ingest
 
 SCHEMA = pa.schema(
@@ -166,7 +166,7 @@ def check(target: Path, truth: dict[int, Row], case: str) -> None:
 
 
 def run_ingest(path: Path, changes: int, keys: int, batch: int, work: Path) -> Result:
-    from cdcflow.connectors.job import local_session
+    from cdcflow.connectors.spark.jobs import local_session
 
     stats = write_history(path, changes, keys)
     spark = local_session("bench-delta-apply")

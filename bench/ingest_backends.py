@@ -50,8 +50,8 @@ def jars_folder(given: str | None) -> str:
 
 
 def session(jars: str) -> SparkSession:
-    from cdcflow.connectors.job import local_session
-    from cdcflow.connectors.lakehouse.spark_delta import delta_jars, session_config
+    from cdcflow.connectors.lakehouse.spark_backend import delta_jars, session_config
+    from cdcflow.connectors.spark.jobs import local_session
 
     return local_session("bench-ingest-backends", session_config(delta_jars(jars)))
 

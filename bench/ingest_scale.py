@@ -27,7 +27,7 @@ from deltalake import DeltaTable
 
 CHILD = r"""
 import json, os, sys, time
-from cdcflow.connectors.job import local_session
+from cdcflow.connectors.spark.jobs import local_session
 from cdcflow.connectors.lakehouse.ingest import IngestConfig, ingest
 
 source, work = sys.argv[1], sys.argv[2]

@@ -31,12 +31,13 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import orjson
 from products_events import COLUMNS, produce
 
-from cdcflow.connectors.job import local_session
+from cdcflow.connectors.spark.jobs import local_session
 
 
 @contextlib.contextmanager
@@ -51,7 +52,8 @@ def kafka_cluster(partitions: int, topic: str) -> Iterator[str]:
         admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout=60)
         yield bootstrap
         return
-    from cdcflow.connectors.kafka_mock import MockKafkaCluster
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "connectors"))
+    from kafka_mock import MockKafkaCluster
 
     with MockKafkaCluster() as mock:
         mock.create_topic(topic, partitions)

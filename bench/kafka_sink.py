@@ -20,7 +20,7 @@ import sys
 import time
 import uuid
 
-from cdcflow.connectors.job import local_session
+from cdcflow.connectors.spark.jobs import local_session
 
 
 def fresh_topic(bootstrap: str, partitions: int) -> str:

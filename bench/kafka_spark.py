@@ -77,7 +77,7 @@ def fill_topic(bootstrap: str, topic: str, records: int, partitions: int) -> int
 def session() -> Any:
     import java_cache
 
-    from cdcflow.connectors.job import local_session
+    from cdcflow.connectors.spark.jobs import local_session
 
     jars = java_cache.jars("spark-kafka")
     if not jars:

@@ -83,9 +83,9 @@ def bench_decode(path: Path, count: int) -> dict[str, float]:
     and a file's raw lines), orjson + ``RecordBatch.from_pylist``, the per-record decoder."""
     import pyarrow as pa
 
-    from cdcflow.connectors.columnar import ColumnarDecoder
-    from cdcflow.connectors.spark_types import arrow_schema, struct_type
+    from cdcflow.connectors.spark.arrow_types import arrow_schema, struct_type
     from cdcflow.formats import Message, parse_ddl, resolve_format
+    from cdcflow.formats.debezium.arrow import ColumnarDecoder
 
     schema = parse_ddl(COLUMNS)
     decoder = resolve_format("debezium-json").create_decoder({}, schema)
@@ -154,7 +154,7 @@ def bench_decode(path: Path, count: int) -> dict[str, float]:
 
 
 def spark_session() -> Any:
-    from cdcflow.connectors.job import local_session
+    from cdcflow.connectors.spark.jobs import local_session
 
     spark = local_session("cdcflow-bench-spark-read")
     import cdcflow
@@ -218,9 +218,9 @@ def lines_source() -> type:
 
         def read(self, partition: InputPartition) -> Any:
             assert isinstance(partition, ByteRange)
-            from cdcflow.connectors.columnar import ColumnarDecoder
-            from cdcflow.connectors.spark_types import arrow_schema, struct_type
+            from cdcflow.connectors.spark.arrow_types import arrow_schema, struct_type
             from cdcflow.formats import parse_ddl, resolve_format
+            from cdcflow.formats.debezium.arrow import ColumnarDecoder
 
             schema = parse_ddl(COLUMNS)
             decoder = resolve_format("debezium-json").create_decoder({}, schema)

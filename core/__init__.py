@@ -9,13 +9,13 @@ from cdcflow.core.errors import (
     NullOperationError,
     OpMappingError,
 )
-from cdcflow.core.from_envelopes import FromChangelog, from_changelog
+from cdcflow.core.from_changelog_engine import FromChangelog, from_changelog
 from cdcflow.core.materialize import UpsertMaterializer, materialize
 from cdcflow.core.model import Change, ChangelogMetrics, Rejected, Watermark
 from cdcflow.core.params import InvalidOpHandling, plan_from_changelog, plan_to_changelog
 from cdcflow.core.rowkind import ChangelogMode, RowKind
 from cdcflow.core.state import InMemoryStateStore, KeyState, StateStore
-from cdcflow.core.to_envelopes import ToChangelog, to_changelog
+from cdcflow.core.to_changelog_engine import ToChangelog, to_changelog
 from cdcflow.core.versioned import Version, as_of, deduplicate_latest, versions_of
 
 __all__ = [

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Hashable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Unpack
 
 from cdcflow.core.errors import (
     ChangelogDataError,
@@ -15,13 +15,11 @@ from cdcflow.core.errors import (
 )
 from cdcflow.core.keys import key_of
 from cdcflow.core.model import Change, ChangelogMetrics, Rejected, RejectHandler, Row, Watermark
-from cdcflow.core.opmapping import OpMappingInput
 from cdcflow.core.ordering import EventTimeBuffer, compact, group_by_key
 from cdcflow.core.params import (
-    Columns,
+    FromChangelogArgs,
     FromChangelogParams,
     InvalidOpHandling,
-    TtlInput,
     plan_from_changelog,
 )
 from cdcflow.core.rowkind import DEL, INS, UA, UB, RowKind
@@ -318,40 +316,22 @@ def _code_string(code: Any) -> str:
 def from_changelog(
     rows: Iterable[Mapping[str, Any] | Watermark],
     *,
-    op: str = "op",
-    before: str | None = None,
-    after: str | None = None,
-    op_mapping: OpMappingInput | None = None,
-    invalid_op_handling: str | InvalidOpHandling = "FAIL",
-    partition_by: Columns | None = None,
-    order_by: str | None = None,
-    state_ttl: TtlInput | None = None,
-    consume_full_deletes: bool = False,
-    passthrough: Columns | None = None,
-    uid: str | None = None,
     clock: Clock = time.time,
     state_store: StateStore | None = None,
     metrics: ChangelogMetrics | None = None,
     on_reject: RejectHandler | None = None,
+    **args: Unpack[FromChangelogArgs],
 ) -> Iterator[Change]:
     """Turn an append stream of change records into a changelog (spec 4.1).
 
     The parameters are validated here, before the first row is read, so a bad ``op_mapping`` fails
     at the call, not at iteration.
+
+    ``args`` are FROM_CHANGELOG's parameters (:class:`~cdcflow.core.params.FromChangelogArgs`): ``op``
+    ("op"), ``before``, ``after``, ``op_mapping``, ``invalid_op_handling`` ("FAIL"), ``partition_by``,
+    ``order_by``, ``state_ttl``, ``consume_full_deletes`` (False), ``passthrough``, ``uid``.
     """
-    params = plan_from_changelog(
-        op=op,
-        before=before,
-        after=after,
-        op_mapping=op_mapping,
-        invalid_op_handling=invalid_op_handling,
-        partition_by=partition_by,
-        order_by=order_by,
-        state_ttl=state_ttl,
-        consume_full_deletes=consume_full_deletes,
-        passthrough=passthrough,
-        uid=uid,
-    )
+    params = plan_from_changelog(**args)
     conversion = FromChangelog(
         params, clock=clock, state_store=state_store, metrics=metrics, on_reject=on_reject
     )

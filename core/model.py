@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdcflow.core.flinkstr import format_row
+from cdcflow.core.render import format_row
 from cdcflow.core.rowkind import RowKind
 
 Row = dict[str, Any]

@@ -6,10 +6,11 @@ writes ``MAP[...]`` a dict, where it writes an ``INTERVAL`` a :class:`datetime.t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from enum import Enum
+from typing import TypedDict, Unpack
 
 from cdcflow.core.errors import ChangelogValidationError
 from cdcflow.core.opmapping import (
@@ -43,6 +44,50 @@ class InvalidOpHandling(Enum):
 
 Columns = str | Sequence[str]
 TtlInput = timedelta | int | float
+
+
+class FromChangelogArgs(TypedDict, total=False):
+    """FROM_CHANGELOG's parameters (spec 4.1), declared once: the engine (``cdcflow.from_changelog``),
+    the DataFrame API (``cdcflow.spark.from_changelog``) and the SQL function take exactly these; the
+    defaults are :func:`plan_from_changelog`'s."""
+
+    op: str
+    before: str | None
+    after: str | None
+    op_mapping: OpMappingInput | None
+    invalid_op_handling: str | InvalidOpHandling
+    partition_by: Columns | None
+    order_by: str | None
+    state_ttl: TtlInput | None
+    consume_full_deletes: bool
+    passthrough: Columns | None
+    uid: str | None
+
+
+class ToChangelogArgs(TypedDict, total=False):
+    """TO_CHANGELOG's parameters (spec 4.2), declared once as :class:`FromChangelogArgs`."""
+
+    op: str
+    before: str | None
+    after: str | None
+    op_mapping: OpMappingInput | None
+    partition_by: Columns | None
+    on_time: str | None
+    state_ttl: TtlInput | None
+    produces_full_deletes: bool
+    passthrough: Columns | None
+    uid: str | None
+
+
+FROM_CHANGELOG_ARGUMENTS: tuple[str, ...] = tuple(FromChangelogArgs.__annotations__)
+TO_CHANGELOG_ARGUMENTS: tuple[str, ...] = tuple(ToChangelogArgs.__annotations__)
+
+
+def _known(function: str, args: Mapping[str, object], names: tuple[str, ...]) -> None:
+    """Python's own error for a keyword the function does not take (``**args`` would accept it)."""
+    for name in args:
+        if name not in names:
+            raise TypeError(f"{function}() got an unexpected keyword argument {name!r}")
 
 
 @dataclass(frozen=True)
@@ -101,33 +146,21 @@ class ToChangelogParams:
         return self.state_ttl_seconds is not None and bool(self.partition_by)
 
 
-def plan_from_changelog(
-    *,
-    op: str = "op",
-    before: str | None = None,
-    after: str | None = None,
-    op_mapping: OpMappingInput | None = None,
-    invalid_op_handling: str | InvalidOpHandling = InvalidOpHandling.FAIL,
-    partition_by: Columns | None = None,
-    order_by: str | None = None,
-    state_ttl: TtlInput | None = None,
-    consume_full_deletes: bool = False,
-    passthrough: Columns | None = None,
-    uid: str | None = None,
-) -> FromChangelogParams:
+def plan_from_changelog(**args: Unpack[FromChangelogArgs]) -> FromChangelogParams:
     """Validate FROM_CHANGELOG parameters (spec 4.1) and return them frozen."""
+    _known("from_changelog", args, FROM_CHANGELOG_ARGUMENTS)
     params = FromChangelogParams(
-        op=_field_name("op", op),
-        before=_optional_field_name("before", before),
-        after=_optional_field_name("after", after),
-        op_mapping=parse_from_op_mapping(op_mapping),
-        invalid_op_handling=InvalidOpHandling.parse(invalid_op_handling),
-        partition_by=_columns("partition_by", partition_by),
-        order_by=_optional_field_name("order_by", order_by),
-        state_ttl_seconds=_ttl_seconds(state_ttl),
-        consume_full_deletes=_flag("consume_full_deletes", consume_full_deletes),
-        passthrough=_columns("passthrough", passthrough),
-        uid=_uid(uid),
+        op=_field_name("op", args.get("op", "op")),
+        before=_optional_field_name("before", args.get("before")),
+        after=_optional_field_name("after", args.get("after")),
+        op_mapping=parse_from_op_mapping(args.get("op_mapping")),
+        invalid_op_handling=InvalidOpHandling.parse(args.get("invalid_op_handling", InvalidOpHandling.FAIL)),
+        partition_by=_columns("partition_by", args.get("partition_by")),
+        order_by=_optional_field_name("order_by", args.get("order_by")),
+        state_ttl_seconds=_ttl_seconds(args.get("state_ttl")),
+        consume_full_deletes=_flag("consume_full_deletes", args.get("consume_full_deletes", False)),
+        passthrough=_columns("passthrough", args.get("passthrough")),
+        uid=_uid(args.get("uid")),
     )
     _check_envelope_names(params.op, params.before, params.after, params.passthrough)
     groups = set(params.op_mapping.groups.values())
@@ -152,31 +185,20 @@ def plan_from_changelog(
     return params
 
 
-def plan_to_changelog(
-    *,
-    op: str = "op",
-    before: str | None = None,
-    after: str | None = None,
-    op_mapping: OpMappingInput | None = None,
-    partition_by: Columns | None = None,
-    on_time: str | None = None,
-    state_ttl: TtlInput | None = None,
-    produces_full_deletes: bool = False,
-    passthrough: Columns | None = None,
-    uid: str | None = None,
-) -> ToChangelogParams:
+def plan_to_changelog(**args: Unpack[ToChangelogArgs]) -> ToChangelogParams:
     """Validate TO_CHANGELOG parameters (spec 4.2) and return them frozen."""
+    _known("to_changelog", args, TO_CHANGELOG_ARGUMENTS)
     params = ToChangelogParams(
-        op=_field_name("op", op),
-        before=_optional_field_name("before", before),
-        after=_optional_field_name("after", after),
-        op_mapping=parse_to_op_mapping(op_mapping),
-        partition_by=_columns("partition_by", partition_by),
-        on_time=_optional_field_name("on_time", on_time),
-        state_ttl_seconds=_ttl_seconds(state_ttl),
-        produces_full_deletes=_flag("produces_full_deletes", produces_full_deletes),
-        passthrough=_columns("passthrough", passthrough),
-        uid=_uid(uid),
+        op=_field_name("op", args.get("op", "op")),
+        before=_optional_field_name("before", args.get("before")),
+        after=_optional_field_name("after", args.get("after")),
+        op_mapping=parse_to_op_mapping(args.get("op_mapping")),
+        partition_by=_columns("partition_by", args.get("partition_by")),
+        on_time=_optional_field_name("on_time", args.get("on_time")),
+        state_ttl_seconds=_ttl_seconds(args.get("state_ttl")),
+        produces_full_deletes=_flag("produces_full_deletes", args.get("produces_full_deletes", False)),
+        passthrough=_columns("passthrough", args.get("passthrough")),
+        uid=_uid(args.get("uid")),
     )
     _check_envelope_names(params.op, params.before, params.after, params.passthrough)
     if params.op in params.passthrough:

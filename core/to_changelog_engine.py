@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Hashable, Iterable, Iterator
-from typing import Any
+from typing import Any, Unpack
 
 from cdcflow.core.errors import ChangelogDataError
 from cdcflow.core.keys import GLOBAL_KEY, key_of
 from cdcflow.core.model import Change, ChangelogMetrics, Row, Watermark
-from cdcflow.core.opmapping import OpMappingInput
 from cdcflow.core.ordering import EventTimeBuffer, compact, group_by_key
-from cdcflow.core.params import Columns, ToChangelogParams, TtlInput, plan_to_changelog
+from cdcflow.core.params import ToChangelogArgs, ToChangelogParams, plan_to_changelog
 from cdcflow.core.rowkind import DEL, INS, UA, UB, RowKind
 from cdcflow.core.state import Clock, InMemoryStateStore, KeyState, StateStore, TtlState
 
@@ -209,34 +208,18 @@ def _without(image: Row | None, names: set[str]) -> Row | None:
 def to_changelog(
     changes: Iterable[Change | Watermark],
     *,
-    op: str = "op",
-    before: str | None = None,
-    after: str | None = None,
-    op_mapping: OpMappingInput | None = None,
-    partition_by: Columns | None = None,
-    on_time: str | None = None,
-    state_ttl: TtlInput | None = None,
-    produces_full_deletes: bool = False,
-    passthrough: Columns | None = None,
-    uid: str | None = None,
     clock: Clock = time.time,
     state_store: StateStore | None = None,
     metrics: ChangelogMetrics | None = None,
+    **args: Unpack[ToChangelogArgs],
 ) -> Iterator[Envelope]:
     """Turn a changelog into an append stream of change records (spec 4.2).
 
     The parameters are validated here, before the first change is read.
+
+    ``args`` are TO_CHANGELOG's parameters (:class:`~cdcflow.core.params.ToChangelogArgs`): ``op``
+    ("op"), ``before``, ``after``, ``op_mapping``, ``partition_by``, ``on_time``, ``state_ttl``,
+    ``produces_full_deletes`` (False), ``passthrough``, ``uid``.
     """
-    params = plan_to_changelog(
-        op=op,
-        before=before,
-        after=after,
-        op_mapping=op_mapping,
-        partition_by=partition_by,
-        on_time=on_time,
-        state_ttl=state_ttl,
-        produces_full_deletes=produces_full_deletes,
-        passthrough=passthrough,
-        uid=uid,
-    )
+    params = plan_to_changelog(**args)
     return ToChangelog(params, clock=clock, state_store=state_store, metrics=metrics).run(changes)

@@ -19,7 +19,7 @@ import orjson
 from cdcflow.core.errors import CdcflowError, ChangelogDataError
 from cdcflow.core.model import Change
 from cdcflow.core.params import plan_to_changelog
-from cdcflow.core.to_envelopes import ToChangelog
+from cdcflow.core.to_changelog_engine import ToChangelog
 from cdcflow.formats.errors import (
     MAX_REASON,
     DecodeError,
@@ -30,9 +30,9 @@ from cdcflow.formats.errors import (
     SkippedRecord,
     exception_text,
 )
+from cdcflow.formats.json_decode import InexactNumber, loads_exact
 from cdcflow.formats.options import Option, boolean
 from cdcflow.formats.types import DataType, Field, Schema
-from cdcflow.formats.values import InexactNumber, loads_exact
 
 Headers = tuple[tuple[str, bytes | None], ...]
 

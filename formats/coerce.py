@@ -15,8 +15,8 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from cdcflow.formats.errors import FieldError, excerpt
+from cdcflow.formats.json_decode import EXACT, MAX_DECIMAL_DIGITS, converter, in_utc, shown
 from cdcflow.formats.types import INTEGER_KINDS, INTEGER_RANGES, DataType, TypeKind
-from cdcflow.formats.values import EXACT, MAX_DECIMAL_DIGITS, converter, in_utc, shown
 
 Cast = Callable[[Any], Any]
 

@@ -19,10 +19,10 @@ from collections.abc import Hashable, Mapping
 from decimal import Decimal
 from typing import Any
 
-from cdcflow.formats import values
+from cdcflow.formats import json_decode as values
 from cdcflow.formats.errors import FieldError, SchemaError, excerpt
+from cdcflow.formats.json_decode import Converter
 from cdcflow.formats.types import DataType, Field, Schema, TypeKind, atomic
-from cdcflow.formats.values import Converter
 
 CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
 VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
-import struct
 from collections.abc import Callable, Mapping
 from decimal import Decimal
 from enum import Enum
@@ -18,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from cdcflow.core.render import float32_repr
 from cdcflow.formats.errors import EncodeError
 from cdcflow.formats.options import Option, boolean, choice
 from cdcflow.formats.types import DataType, Schema, TypeKind
@@ -52,18 +52,6 @@ MAP_NULL_KEY_OPTIONS = (
 IGNORE_NULL_FIELDS = Option(
     "encode.ignore-null-fields", boolean, False, "leave NULL columns out of written rows"
 )
-
-
-def float32_repr(value: float) -> str:
-    """The shortest decimal text that reads back as the same 32-bit float (Java's Float.toString)."""
-    if value != value or value in (float("inf"), float("-inf")):
-        return repr(value)
-    target = struct.pack("f", value)
-    for digits in range(1, 10):
-        text = f"{value:.{digits}g}"
-        if struct.pack("f", float(text)) == target:
-            return text if any(c in text for c in ".en") else f"{text}.0"
-    return repr(value)
 
 
 def _fraction(value: dt.time | dt.datetime) -> str:

@@ -28,12 +28,12 @@ from typing import Any
 import orjson
 
 from cdcflow.core.errors import ChangelogValidationError, InvalidOperationError
-from cdcflow.core.from_envelopes import FromChangelog
+from cdcflow.core.from_changelog_engine import FromChangelog
 from cdcflow.core.model import Change, ChangelogMetrics, Rejected
 from cdcflow.core.opmapping import FromOpMapping, parse_from_op_mapping
 from cdcflow.core.params import FromChangelogParams, InvalidOpHandling, plan_from_changelog, plan_to_changelog
 from cdcflow.core.rowkind import DEL, INS, UA, UB, RowKind
-from cdcflow.core.to_envelopes import ToChangelog
+from cdcflow.core.to_changelog_engine import ToChangelog
 from cdcflow.formats.base import (
     SCHEMA_INCLUDE,
     Decoded,
@@ -46,11 +46,11 @@ from cdcflow.formats.base import (
     parse_json_object,
 )
 from cdcflow.formats.errors import FieldError, FormatOptionError, SkippedRecord, excerpt
-from cdcflow.formats.jsonenc import IGNORE_PARSE_ERRORS, TIMESTAMP_STANDARD, RowEncoder, TimestampStandard
+from cdcflow.formats.json_decode import RowConverter
+from cdcflow.formats.json_encode import IGNORE_PARSE_ERRORS, TIMESTAMP_STANDARD, RowEncoder, TimestampStandard
 from cdcflow.formats.options import Option, OptionSet, choice, integer, names, optional_string
 from cdcflow.formats.registry import FormatFactory
 from cdcflow.formats.types import Schema
-from cdcflow.formats.values import RowConverter
 
 NAME = "generic"
 logger = logging.getLogger(__name__)

@@ -17,14 +17,14 @@ from cdcflow.formats.types import Schema
 ENTRY_POINT_GROUP = "cdcflow.formats"
 
 _BUILTIN = {
-    "debezium-json": "cdcflow.formats.debezium_json:DebeziumJsonFormat",
-    "debezium-avro-confluent": "cdcflow.formats.debezium_avro:DebeziumAvroFormat",
-    "canal-json": "cdcflow.formats.canal_json:CanalJsonFormat",
-    "maxwell-json": "cdcflow.formats.maxwell_json:MaxwellJsonFormat",
-    "ogg-json": "cdcflow.formats.ogg_json:OggJsonFormat",
-    "generic": "cdcflow.formats.generic:GenericFormat",
+    "debezium-json": "cdcflow.formats.debezium.json:DebeziumJsonFormat",
+    "debezium-avro-confluent": "cdcflow.formats.debezium.avro:DebeziumAvroFormat",
+    "canal-json": "cdcflow.formats.flat_json.canal:CanalJsonFormat",
+    "maxwell-json": "cdcflow.formats.flat_json.maxwell:MaxwellJsonFormat",
+    "ogg-json": "cdcflow.formats.flat_json.ogg:OggJsonFormat",
+    "generic": "cdcflow.formats.op_rows:GenericFormat",
     "upsert-kafka": "cdcflow.formats.upsert_kafka:UpsertKafkaFormat",
-    "debezium-json-registry": "cdcflow.formats.debezium_json_registry:DebeziumJsonRegistryFormat",
+    "debezium-json-registry": "cdcflow.formats.debezium.json_registry:DebeziumJsonRegistryFormat",
 }
 
 

@@ -1,16 +1,16 @@
 """Changes as Flink prints them (``+I[101, scooter, 3.14]``), knowing each column's declared type.
 
-The type matters for FLOAT: the value is a 32-bit float held in a Python float, printed as Java's
-``Float.toString`` does (``3.14``, not ``3.140000104904175``).
+The type matters for FLOAT (a 32-bit float held in a Python float: ``3.14``, not ``3.140000104904175``)
+and for nested rows (``+I[...]``, where an untyped dict prints as a map). The leaf rules are
+``cdcflow.core.render``'s, the ones ``str(change)`` uses.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from cdcflow.core.flinkstr import format_value
 from cdcflow.core.model import Change
-from cdcflow.formats.jsonenc import float32_repr
+from cdcflow.core.render import format_value, java_float
 from cdcflow.formats.types import DataType, Schema, TypeKind
 
 
@@ -19,11 +19,7 @@ def render_value(value: Any, data_type: DataType) -> str:
         return "null"
     kind = data_type.kind
     if kind is TypeKind.FLOAT and isinstance(value, float):
-        text = float32_repr(value)
-        return {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}.get(text, text)
-    if isinstance(value, bytes):
-        # Flink prints BYTES as Java's signed byte array.
-        return "[" + ", ".join(str(b - 256 if b > 127 else b) for b in value) + "]"
+        return java_float(value)
     if kind is TypeKind.ARRAY and data_type.element is not None:
         return "[" + ", ".join(render_value(v, data_type.element) for v in value) + "]"
     if kind is TypeKind.MAP and data_type.key is not None and data_type.value is not None:

@@ -10,7 +10,8 @@ is the field ``id`` in the key. ``value.fields-include`` says whether the value 
 columns (``ALL``, Flink's default) or not (``EXCEPT_KEY``, required with a prefix). With ALL, the
 value's copy of a key column wins, as in Flink; without a Kafka key, the key columns come from the
 value. The value is JSON; the key JSON, or (``key.format`` = ``avro-confluent``) an Avro record in
-Confluent's wire format, read and written with confluent-kafka's serde (:mod:`avro_serde`): its
+Confluent's wire format, read and written with confluent-kafka's serde
+(:mod:`cdcflow.formats.confluent.avro_serde`): its
 writer schema from the Schema Registry (``key.avro-confluent.url``, subject ``<topic>-key``) or the
 ``key.avro-confluent.schema`` option, its fields converted to the key columns' types.
 
@@ -30,29 +31,29 @@ import orjson
 
 from cdcflow.core.model import Change
 from cdcflow.core.rowkind import DEL, UA, UB
-from cdcflow.formats import avro_types
-from cdcflow.formats.avro_serde import (
+from cdcflow.formats.base import Decoded, Decoder, Encoded, Encoder, FormatMetrics, Message, parse_json_object
+from cdcflow.formats.confluent import avro_types
+from cdcflow.formats.confluent.avro_serde import (
     AvroReader,
     AvroWriter,
     WriterSchemas,
     declared_rows,
     expanded_schema,
 )
-from cdcflow.formats.base import Decoded, Decoder, Encoded, Encoder, FormatMetrics, Message, parse_json_object
-from cdcflow.formats.errors import EncodeError, FieldError, FormatOptionError, SchemaError
-from cdcflow.formats.jsonenc import TIMESTAMP_STANDARD, RowEncoder, TimestampStandard
-from cdcflow.formats.options import Option, OptionSet, boolean, choice, names, optional_string
-from cdcflow.formats.redact import redacted_repr
-from cdcflow.formats.registry import FormatFactory
-from cdcflow.formats.registry_client import (
+from cdcflow.formats.confluent.client import (
     CONNECTION_OPTIONS,
     URL,
     RegistryConfig,
     registry_config,
     schema_id,
 )
+from cdcflow.formats.errors import EncodeError, FieldError, FormatOptionError, SchemaError
+from cdcflow.formats.json_decode import RowConverter
+from cdcflow.formats.json_encode import TIMESTAMP_STANDARD, RowEncoder, TimestampStandard
+from cdcflow.formats.options import Option, OptionSet, boolean, choice, names, optional_string
+from cdcflow.formats.redact import redacted_repr
+from cdcflow.formats.registry import FormatFactory
 from cdcflow.formats.types import Field, Schema
-from cdcflow.formats.values import RowConverter
 
 NAME = "upsert-kafka"
 #: The options of an Avro key, Flink's names: ``key.avro-confluent.url`` and so on.

@@ -495,7 +495,7 @@ def write_dumps(records: list[dict[str, Any]]) -> dict[str, Any]:
             gz.write(header)
             raw_bytes += len(header)
             for part, offset, r in placed:
-                # the key order and compact form of cdcflow.connectors.replay.dump_line
+                # the key order and compact form of cdcflow.connectors.replay.dumps.dump_line
                 line = json.dumps(
                     {
                         "topic": topic,

@@ -1,12 +1,11 @@
-"""Kafka for the ``cdc-*`` sources and sinks, with the semantics of Spark's Kafka source and sink.
+"""Kafka metadata calls: partitions of a subscription, their watermarks, the offsets a batch or a
+stream starts from, and a sample of messages for schema inference.
 
-The driver parses :class:`KafkaOptions` once, lists partitions and watermarks and plans
-:class:`OffsetRange` s; each executor reads one range with :func:`read_range` or writes with
-:class:`KafkaProducerSink`. Everything passed around is a small frozen dataclass or Spark's offset
-JSON (``{"topic": {"0": 12}}``); Kafka clients are created inside the functions and never pickled.
-
-This module is the entry point; the parts live in ``kafka_options`` (options, offsets),
-``kafka_ranges`` (offset arithmetic), ``kafka_reader`` and ``kafka_producer``.
+The driver parses :class:`~cdcflow.connectors.kafka.options.KafkaOptions` once and calls these to
+plan :class:`~cdcflow.connectors.kafka.options.OffsetRange` s; executors read ranges with
+:mod:`cdcflow.connectors.kafka.reader` and write with :mod:`cdcflow.connectors.kafka.producer`.
+Offset arithmetic (no client) lives in :mod:`cdcflow.connectors.kafka.offsets`. Clients are created
+inside the functions and never pickled.
 """
 
 from __future__ import annotations
@@ -17,68 +16,21 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Literal
 
 from cdcflow.connectors.errors import KafkaConnectorError
-from cdcflow.connectors.kafka_options import (
-    EARLIEST,
-    LATEST,
-    SOURCE_OPTIONS,
-    ClientConfig,
-    JsonOffsets,
-    KafkaOptions,
-    OffsetRange,
-    Offsets,
-    OffsetSpec,
-    Subscription,
-    TopicPartition,
-    offsets_from_json,
-    offsets_to_json,
-)
-from cdcflow.connectors.kafka_producer import KafkaProducerSink, produce_messages
-from cdcflow.connectors.kafka_ranges import (
-    batch_ranges,
-    limit_offsets,
-    rate_limit,
-    report_data_loss,
-    resolve_offsets,
-    split_ranges,
-    stream_ranges,
-)
-from cdcflow.connectors.kafka_reader import new_consumer, read_range, read_range_chunks
+from cdcflow.connectors.kafka.offsets import resolve_offsets
+from cdcflow.connectors.kafka.options import ClientConfig, KafkaOptions, OffsetRange, Offsets, TopicPartition
+from cdcflow.connectors.kafka.reader import new_consumer, read_range
 from cdcflow.formats import Message
 
 if TYPE_CHECKING:
     from confluent_kafka import Consumer
 
 __all__ = [
-    "EARLIEST",
-    "LATEST",
-    "SOURCE_OPTIONS",
-    "ClientConfig",
-    "JsonOffsets",
-    "KafkaOptions",
-    "KafkaProducerSink",
-    "OffsetRange",
-    "OffsetSpec",
-    "Offsets",
-    "Subscription",
-    "TopicPartition",
     "batch_offsets",
-    "batch_ranges",
     "discover_partitions",
     "latest_offsets",
-    "limit_offsets",
     "offset_bounds",
-    "offsets_from_json",
-    "offsets_to_json",
-    "produce_messages",
     "producer_config",
-    "rate_limit",
-    "read_range",
-    "read_range_chunks",
-    "report_data_loss",
-    "resolve_offsets",
     "sample_messages",
-    "split_ranges",
-    "stream_ranges",
     "stream_starting_offsets",
 ]
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from cdcflow.connectors.errors import ConnectorOptionError, DataLossError, KafkaConnectorError
-from cdcflow.connectors.kafka_options import (
+from cdcflow.connectors.kafka.options import (
     EARLIEST,
     LATEST,
     JsonOffsets,

@@ -42,7 +42,7 @@ SOURCE_OPTIONS = frozenset(
         "groupidprefix",
     }
 )
-_UNSUPPORTED_SOURCE_OPTIONS = {
+UNSUPPORTED_SOURCE_OPTIONS = {
     key.lower(): f"'{key}' is not supported by the cdcflow Kafka source; {fix}"
     for key, fix in [
         ("startingOffsetsByTimestamp", "give offsets with startingOffsets"),
@@ -268,8 +268,8 @@ class KafkaOptions:
         """Read the Kafka options of a source; other keys (format options) are left alone."""
         given = {key.strip().lower(): str(value) for key, value in options.items()}
         for key in given:
-            if key in _UNSUPPORTED_SOURCE_OPTIONS:
-                raise ConnectorOptionError(_UNSUPPORTED_SOURCE_OPTIONS[key])
+            if key in UNSUPPORTED_SOURCE_OPTIONS:
+                raise ConnectorOptionError(UNSUPPORTED_SOURCE_OPTIONS[key])
             setting = key.removeprefix("kafka.")
             if key.startswith("kafka.") and setting in _SOURCE_CONTROLLED_SETTINGS:
                 raise ConnectorOptionError(

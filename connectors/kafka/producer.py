@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cdcflow.connectors.errors import KafkaConnectorError
-from cdcflow.connectors.kafka_options import ClientConfig, KafkaOptions, require_kafka
+from cdcflow.connectors.kafka.options import ClientConfig, KafkaOptions, require_kafka
 from cdcflow.formats import Message
 
 if TYPE_CHECKING:

@@ -19,16 +19,16 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from cdcflow.connectors.errors import KafkaConnectorError
-from cdcflow.connectors.kafka_options import KafkaOptions, OffsetRange, require_kafka
-from cdcflow.connectors.kafka_ranges import report_data_loss
-from cdcflow.connectors.records import RecordChunk
+from cdcflow.connectors.kafka.offsets import report_data_loss
+from cdcflow.connectors.kafka.options import KafkaOptions, OffsetRange, require_kafka
+from cdcflow.connectors.kafka.records import RecordChunk
 from cdcflow.formats import Message
 
 if TYPE_CHECKING:
     from confluent_kafka import Consumer, KafkaError
     from confluent_kafka import Message as KafkaMessage
 
-    from cdcflow.connectors.kafka_options import _RedactingLogger
+    from cdcflow.connectors.kafka.options import _RedactingLogger
 
 log = logging.getLogger("cdcflow.connectors.kafka")
 

@@ -68,7 +68,7 @@ class RecordChunk:
             self.headers.extend(other.headers)
 
     def metadata_array(self, key: str, arrow_type: pa.DataType) -> pa.Array:
-        """One metadata column (as :func:`cdcflow.connectors.metadata.metadata_array` gives it)."""
+        """One metadata column (as :func:`cdcflow.connectors.spark.metadata.metadata_array` gives it)."""
         count = len(self.values)
         if key == "topic":
             return pa.array([self.topic] * count, type=arrow_type)

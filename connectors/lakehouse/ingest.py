@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
-from cdcflow.connectors.accounting import CountsSince, MessageCounts
 from cdcflow.connectors.errors import ConnectorOptionError, schema_change
-from cdcflow.connectors.lakehouse.apply import BatchApplied, Materialize
-from cdcflow.connectors.lakehouse.control import OnTruncate
-from cdcflow.connectors.lakehouse.delta_io import open_table
-from cdcflow.connectors.lakehouse.delta_sink import DeltaSink, SinkProgress, apply_options
+from cdcflow.connectors.lakehouse.delta.apply import BatchApplied, Materialize
+from cdcflow.connectors.lakehouse.delta.backend import BACKENDS
+from cdcflow.connectors.lakehouse.delta.control import OnTruncate
+from cdcflow.connectors.lakehouse.delta.storage import Storage, is_remote, join
+from cdcflow.connectors.lakehouse.delta.tables import open_table
 from cdcflow.connectors.lakehouse.ingest_defaults import (
     LEGACY_FILE_RECORDS_PER_PARTITION,
     SourceLinks,
@@ -31,8 +31,8 @@ from cdcflow.connectors.lakehouse.ingest_defaults import (
     metadata_of,
     source_links,
 )
-from cdcflow.connectors.lakehouse.storage import Storage, is_remote, join
-from cdcflow.connectors.lakehouse.table_io import BACKENDS
+from cdcflow.connectors.lakehouse.sink import DeltaSink, SinkProgress, apply_options
+from cdcflow.connectors.spark.accounting import CountsSince, MessageCounts
 from cdcflow.formats.redact import redacted_repr
 from cdcflow.formats.types import parse_ddl
 
@@ -87,11 +87,11 @@ class IngestConfig:
     max_bytes_per_trigger: int | None = None
     """Bytes of recorded files per micro-batch; None = DEFAULT_MAX_BYTES_PER_TRIGGER, 0 = no limit."""
     backend: Backend = "delta-rs"
-    """Who merges: delta-rs in the driver, or Spark with Delta Lake's jars (see :mod:`.spark_delta`)."""
+    """Who merges: delta-rs in the driver, or Spark with Delta Lake's jars (see :mod:`.spark_backend`)."""
     delta_jars: str | None = None
     """``backend='spark'`` in a local session: delta-spark's jars or folders (default $CDCFLOW_DELTA_JARS)."""
     storage_options: Mapping[str, str] = field(default_factory=dict)
-    """delta-rs's storage options for a target or checkpoint on S3, ADLS or GCS (see :mod:`.storage`)."""
+    """delta-rs's storage options for a target or checkpoint on S3, ADLS, GCS (:mod:`.delta.storage`)."""
     jars: str | None = None
     """Jars or folders a local session loads, e.g. hadoop-aws for an S3 checkpoint (default $CDCFLOW_JARS)."""
 
@@ -216,7 +216,7 @@ def ingest(
 
     ``on_batch`` sees what each micro-batch did (its apply latency, counts), as it happens.
     """
-    from cdcflow.connectors.job import local_session
+    from cdcflow.connectors.spark.jobs import local_session
 
     sequence = config.resolved_sequence()
     links = config.links()
@@ -280,7 +280,7 @@ def ingest(
 def _handoff_path(config: IngestConfig, session: SparkSession) -> str | None:
     """Where the source's tasks hand the decoded rows to the delta-rs writer (cleared of what a run
     that died left), when driver and executors share the checkpoint's disk; else None (``toArrow``)."""
-    from cdcflow.connectors import handoff
+    from cdcflow.connectors.spark import handoff
 
     if config.backend != "delta-rs" or is_remote(config.checkpoint):
         return None
@@ -299,7 +299,7 @@ def _session_config(config: IngestConfig) -> dict[str, str]:
     settings = hadoop_settings(Storage(dict(config.storage_options)), [config.checkpoint, config.target])
     jars = extra_jars(config.jars)
     if config.backend == "spark":
-        from cdcflow.connectors.lakehouse.spark_delta import delta_jars, session_config
+        from cdcflow.connectors.lakehouse.spark_backend import delta_jars, session_config
 
         delta = delta_jars(config.delta_jars)
         if delta:
@@ -313,7 +313,7 @@ def origin_columns(config: IngestConfig) -> tuple[str, ...]:
     """The metadata columns the job adds so that the applier's errors name where a change came from
     (``topic/partition@offset``, or ``file:line`` for recorded files), kept out of the table: none when
     the user asked for them already or a column of the table has one of their names."""
-    from cdcflow.connectors.read_plan import plan_read
+    from cdcflow.connectors.spark.read_plan import plan_read
 
     wanted = ("file", "line") if config.path else ("topic", "partition", "offset")
     requested = set(config._metadata())
@@ -331,7 +331,7 @@ def _legacy_batch_pending(storage: Storage, config: IngestConfig) -> bool:
     """Whether the checkpoint's last planned micro-batch is uncommitted and was logged without its
     ranges' length (by cdcflow before ``minPartitions``): the restart replays it, in the ranges the
     job planned then, so that its dead letters and counts are written once."""
-    from cdcflow.connectors.readers import SPLIT_KEY
+    from cdcflow.connectors.spark.readers import SPLIT_KEY
 
     offsets = join(config.checkpoint, "offsets")
     batches = [int(name) for name in storage.names(offsets) if name.isdigit()]
@@ -360,7 +360,7 @@ def _run(
     True when Ctrl-C stopped it."""
     from pyspark.errors import StreamingQueryException
 
-    from cdcflow.connectors.job import spark_failure
+    from cdcflow.connectors.spark.jobs import spark_failure
 
     options = config.source_options()
     if origin_metadata:
@@ -368,7 +368,7 @@ def _run(
     if handoff_path is not None:
         options["handoffPath"] = handoff_path
     if config.path and given_key(options, "minPartitions") is None:
-        from cdcflow.connectors.session import default_parallelism
+        from cdcflow.connectors.spark.session import default_parallelism
 
         # A batch in one range per core: each range has a fixed cost, and fewer of them decode faster.
         cores = default_parallelism(session)  # None through Spark Connect: ranges as before
@@ -426,7 +426,7 @@ def _follow(
                 out.write(line + "\n")
                 out.flush()
     except KeyboardInterrupt:
-        from cdcflow.connectors.job import stop_quietly
+        from cdcflow.connectors.spark.jobs import stop_quietly
 
         out.write("cdcflow ingest: interrupted: stopping the query (the checkpoint keeps its place)\n")
         out.flush()

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdcflow.connectors.errors import ConnectorOptionError
-from cdcflow.connectors.source_options import CONTROL_COLUMN
+from cdcflow.connectors.spark.options import CONTROL_COLUMN
 
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 100_000
 DEFAULT_MAX_BYTES_PER_TRIGGER = 64 << 20

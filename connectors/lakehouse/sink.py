@@ -3,10 +3,10 @@
     query = apply_changes(changelog_df, "/lake/products", key=["id"], checkpoint="/chk/products")
 
 Each batch is collected to the driver as Arrow (``DataFrame.toArrow``) and applied by one delta-rs
-merge (:mod:`.apply`); the batch id Spark replays after a failure is found in the Delta log and
+merge (:mod:`.delta.apply`); the batch id Spark replays after a failure is found in the Delta log and
 skipped. The application id is the streaming query's id, read from the checkpoint, so a query that
 restarts from its checkpoint keeps it; a new checkpoint is a new query that applies everything again.
-An explicit ``app_id`` is recorded in the checkpoint and must stay with it (:mod:`.app_identity`).
+An explicit ``app_id`` is recorded in the checkpoint and must stay with it (:mod:`.delta.app_identity`).
 """
 
 from __future__ import annotations
@@ -19,14 +19,20 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from cdcflow.connectors import handoff
 from cdcflow.connectors.errors import ConnectorOptionError
-from cdcflow.connectors.lakehouse import app_identity, upsert_stream
-from cdcflow.connectors.lakehouse.apply import ApplyOptions, BatchApplied, DeltaChangeApplier, Materialize
-from cdcflow.connectors.lakehouse.control import OnTruncate
-from cdcflow.connectors.lakehouse.pending import PendingBatches
-from cdcflow.connectors.lakehouse.storage import LOCAL, Storage, is_remote, join
-from cdcflow.connectors.lakehouse.table_io import BACKENDS, DeltaRsBackend, TableBackend
+from cdcflow.connectors.lakehouse import upsert_stream
+from cdcflow.connectors.lakehouse.delta import app_identity
+from cdcflow.connectors.lakehouse.delta.apply import (
+    ApplyOptions,
+    BatchApplied,
+    DeltaChangeApplier,
+    Materialize,
+)
+from cdcflow.connectors.lakehouse.delta.backend import BACKENDS, DeltaRsBackend, TableBackend
+from cdcflow.connectors.lakehouse.delta.control import OnTruncate
+from cdcflow.connectors.lakehouse.delta.pending import PendingBatches
+from cdcflow.connectors.lakehouse.delta.storage import LOCAL, Storage, is_remote, join
+from cdcflow.connectors.spark import handoff
 from cdcflow.formats.redact import redact
 
 if TYPE_CHECKING:
@@ -109,10 +115,10 @@ class DeltaSink:
         """``run_replays``: execute a replayed batch's plan although the table has it (a stateful query,
         e.g. an aggregation, fails in Spark 4.2 when a batch leaves its state store partitions
         uncommitted: STATE_STORE_COMMIT_VALIDATION_FAILED). ``storage_options``: delta-rs's options
-        for a target or checkpoint on an object store (:mod:`.storage`).
+        for a target or checkpoint on an object store (:mod:`.delta.storage`).
 
         ``pipeline`` (delta-rs back end): apply batch N in a background thread while Spark decodes
-        N+1, each batch first written to the checkpoint's pending log (:mod:`.pending`) so that one
+        N+1, each batch first written to the checkpoint's pending log (:mod:`.delta.pending`) so that one
         Spark committed survives the driver; the owner calls :meth:`recover` before the query starts
         and :meth:`drain` after it ends. An apply's error is raised by the next batch (failing the
         query before Spark commits that one) or by :meth:`drain`."""
@@ -138,8 +144,8 @@ class DeltaSink:
 
     def check_identity(self) -> None:
         """Before the query starts: refuse a target or checkpoint this sink cannot reach (see
-        :mod:`.storage`), and an app id that does not belong to the checkpoint (see
-        :mod:`.app_identity`). A new checkpoint without ``app_id`` is a new query: nothing to check."""
+        :mod:`.delta.storage`), and an app id that does not belong to the checkpoint (see
+        :mod:`.delta.app_identity`). A new checkpoint without ``app_id`` is a new query: nothing to check."""
         self.storage.check(self.target, "the target")
         self.storage.check(self.checkpoint, "the checkpoint")
         if self.backend == "delta-rs":
@@ -167,7 +173,7 @@ class DeltaSink:
         if self.backend == "spark" and is_remote(self.target):
             require_filesystem(spark, self.target, "the target (--backend spark writes it with Spark)")
         if self._tables is None:
-            from cdcflow.connectors.lakehouse.spark_delta import SparkDeltaBackend
+            from cdcflow.connectors.lakehouse.spark_backend import SparkDeltaBackend
 
             self._tables = SparkDeltaBackend(spark)
 
@@ -272,7 +278,7 @@ class DeltaSink:
 def collect(batch: DataFrame) -> tuple[pa.Table, list[str]]:
     """The batch's changelog as Arrow (``toArrow``), and the handoff files it was read from: a source
     with ``handoffPath`` yields the paths of the Arrow files its tasks wrote
-    (:mod:`cdcflow.connectors.handoff`)."""
+    (:mod:`cdcflow.connectors.spark.handoff`)."""
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import StructType
 

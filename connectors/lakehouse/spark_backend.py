@@ -1,6 +1,6 @@
 """Delta on Spark: the applier's table I/O through Delta Lake's own jars (delta-spark).
 
-The driver plans each batch as the delta-rs back end does (:mod:`.apply`); the MERGE, the reads of
+The driver plans each batch as the delta-rs back end does (:mod:`.delta.apply`); the MERGE, the reads of
 the batch's keys and the key-state merge run as Spark jobs on the executors, so the target's rows are
 read and rewritten there, never collected. Exactly once: each merge runs with the session confs
 ``spark.databricks.delta.write.txnAppId``/``txnVersion``, which Delta records as the commit's ``txn``
@@ -28,9 +28,9 @@ import pyarrow as pa
 from deltalake import Schema as DeltaSchema
 
 from cdcflow.connectors.errors import SparkSetupError
-from cdcflow.connectors.lakehouse.delta_io import OP
-from cdcflow.connectors.lakehouse.delta_schema import conform_to
-from cdcflow.connectors.lakehouse.table_io import Clause, render_clauses
+from cdcflow.connectors.lakehouse.delta.backend import Clause, render_clauses
+from cdcflow.connectors.lakehouse.delta.schema import conform_to
+from cdcflow.connectors.lakehouse.delta.tables import OP
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

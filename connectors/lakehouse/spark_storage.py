@@ -15,7 +15,7 @@ import os
 from typing import TYPE_CHECKING
 
 from cdcflow.connectors.errors import ConnectorOptionError, SparkSetupError
-from cdcflow.connectors.lakehouse.storage import S3, Storage, scheme
+from cdcflow.connectors.lakehouse.delta.storage import S3, Storage, scheme
 from cdcflow.formats.redact import redact
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """Versioned tables as Spark DataFrames: a history read as of a time, event-time temporal joins, dedup views.
 
 A history is a DataFrame of SCD2 rows (the data columns plus ``valid_from``/``valid_to``), such as the
-Delta table :class:`~cdcflow.connectors.lakehouse.history.DeltaHistoryWriter` keeps; a version is valid
+Delta table :class:`~cdcflow.connectors.lakehouse.delta.history.DeltaHistoryWriter` keeps; a version is valid
 over ``[valid_from, valid_to)``, ``valid_to`` NULL while it still holds. Rows with ``valid_from =
 valid_to`` (the writer's tombstones) are valid at no time, so no read here returns them.
 """

@@ -28,9 +28,11 @@ from typing import IO, Any
 
 import orjson
 
-from cdcflow.connectors import kafka_client
 from cdcflow.connectors.errors import ConnectorOptionError, ReplayFormatError
-from cdcflow.connectors.kafka_options import KafkaOptions
+from cdcflow.connectors.kafka import admin as kafka_admin
+from cdcflow.connectors.kafka import offsets as kafka_offsets
+from cdcflow.connectors.kafka import reader as kafka_reader
+from cdcflow.connectors.kafka.options import KafkaOptions
 from cdcflow.formats import Message
 from cdcflow.formats.redact import redact
 
@@ -418,12 +420,12 @@ def record_topic(options: KafkaOptions | Mapping[str, str], output: str | Path) 
     """Dump the partitions of a subscription from startingOffsets (default earliest) up to endingOffsets
     (default the high watermarks when the recording starts), ordered by topic, partition and offset."""
     opts = options if isinstance(options, KafkaOptions) else KafkaOptions.parse(options)
-    bounds = kafka_client.offset_bounds(opts, kafka_client.discover_partitions(opts))
-    start = kafka_client.resolve_offsets(opts.offsets_for("starting", "batch"), bounds, which="starting")
-    end = kafka_client.resolve_offsets(opts.offsets_for("ending", "batch"), bounds, which="ending")
-    ranges = kafka_client.batch_ranges(start, end)
+    bounds = kafka_admin.offset_bounds(opts, kafka_admin.discover_partitions(opts))
+    start = kafka_offsets.resolve_offsets(opts.offsets_for("starting", "batch"), bounds, which="starting")
+    end = kafka_offsets.resolve_offsets(opts.offsets_for("ending", "batch"), bounds, which="ending")
+    ranges = kafka_offsets.batch_ranges(start, end)
     messages = (
-        message for rng in ranges for message in kafka_client.read_range(opts, rng, include_headers=True)
+        message for rng in ranges for message in kafka_reader.read_range(opts, rng, include_headers=True)
     )
     records = write_dump(output, messages)
     return RecordSummary(str(output), records, len(bounds), tuple(sorted({tp.topic for tp in bounds})))

@@ -1,5 +1,5 @@
 """Registers ``cdc-canal`` with Spark, which imports every top-level ``pyspark_*`` module."""
 
-from cdcflow.connectors.sources import CanalSource as DefaultSource
+from cdcflow.connectors.spark.sources import CanalSource as DefaultSource
 
 __all__ = ["DefaultSource"]

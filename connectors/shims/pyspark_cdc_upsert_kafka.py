@@ -1,5 +1,5 @@
 """Registers ``cdc-upsert-kafka`` with Spark, which imports every top-level ``pyspark_*`` module."""
 
-from cdcflow.connectors.sources import UpsertKafkaSource as DefaultSource
+from cdcflow.connectors.spark.sources import UpsertKafkaSource as DefaultSource
 
 __all__ = ["DefaultSource"]

@@ -15,12 +15,12 @@ from typing import IO, TYPE_CHECKING, Any
 
 import orjson
 
-from cdcflow.connectors.accounting import attempt_suffix, discard, publish
+from cdcflow.connectors.spark.accounting import attempt_suffix, discard, publish
 from cdcflow.formats.base import DeadLetter
 from cdcflow.formats.redact import redact
 
 if TYPE_CHECKING:
-    from cdcflow.connectors.read_plan import DeadLetterTarget
+    from cdcflow.connectors.spark.read_plan import DeadLetterTarget
 
 DEAD_LETTER_PREFIX = "dead-letters-"
 
@@ -115,7 +115,7 @@ class DeadLetterWriter:
             self._temporary = None
 
     def _produce(self, records: Iterable[dict[str, Any]]) -> None:
-        from cdcflow.connectors.kafka_client import KafkaProducerSink
+        from cdcflow.connectors.kafka.producer import KafkaProducerSink
 
         assert self.target.kafka is not None and self.target.topic is not None  # noqa: S101
         producer = KafkaProducerSink(self.target.kafka, self.target.topic)

@@ -13,17 +13,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdcflow.connectors.accounting import MessageCounts, write_counts
-from cdcflow.connectors.columnar import ColumnarBatch, ColumnarDecoder
-from cdcflow.connectors.dead_letters import DeadLetterWriter
-from cdcflow.connectors.metadata import metadata_array
-from cdcflow.connectors.read_plan import ReadPlan
-from cdcflow.connectors.records import RecordChunk, blocks
-from cdcflow.connectors.replay import lines_before, read_line_chunks
-from cdcflow.connectors.spark_types import ChangeBatchBuilder, arrow_schema, struct_type
+from cdcflow.connectors.kafka.records import RecordChunk, blocks
+from cdcflow.connectors.replay.dumps import lines_before, read_line_chunks
+from cdcflow.connectors.spark.accounting import MessageCounts, write_counts
+from cdcflow.connectors.spark.arrow_types import ChangeBatchBuilder, arrow_schema, struct_type
+from cdcflow.connectors.spark.dead_letters import DeadLetterWriter
+from cdcflow.connectors.spark.metadata import metadata_array
+from cdcflow.connectors.spark.read_plan import ReadPlan
 from cdcflow.core.model import Change
 from cdcflow.core.rowkind import RowKind
 from cdcflow.formats.base import ControlEvent, DecodeOutput, FormatMetrics, Message
+from cdcflow.formats.debezium.arrow import ColumnarBatch, ColumnarDecoder
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +34,7 @@ class BatchDecoder:
     """Decodes one input partition. The columnar path is used where the format has one; a block it
     cannot take (a placeholder, a parse error, a control event) goes through the per-message decoder.
 
-    ``range_name`` names the input range (:func:`~cdcflow.connectors.accounting.range_name`): its dead
+    ``range_name`` names the input range (:func:`~cdcflow.connectors.spark.accounting.range_name`): its dead
     letters and counts are committed under it once the range is read, so a retry replaces them.
     """
 

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from cdcflow.connectors.accounting import attempt_suffix
+from cdcflow.connectors.spark.accounting import attempt_suffix
 
 FILE_COLUMN = "handoff_file"
 ROWS_COLUMN = "handoff_rows"

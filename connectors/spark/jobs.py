@@ -1,14 +1,12 @@
-"""``cdcflow stream``: a changelog stream read by a ``cdc-*`` source (Kafka or a recorded topic), printed.
+"""What the command line's Spark jobs share: a local session (:func:`local_session`), checks before
+Spark starts (:func:`check_source`, :func:`check_local_dir`), Spark's errors as one line
+(:func:`spark_errors`), and the query of ``cdcflow stream`` (:func:`stream_changelog`).
 
-    python -m cdcflow stream                                     # the bundled Postgres recording
-    python -m cdcflow stream --bootstrap-servers localhost:9092 --topic dbserver1.inventory.products \\
-        --option columns='id INT NOT NULL, name STRING'
-
-Each micro-batch is printed as Flink prints changelogs (``+I[...]``), prefixed with the record's
-``topic/partition@offset``; a control event (a truncate, a logical message, a DDL) is printed in its
-place as ``! truncate`` (``controlEvents=emit``, unless the options set it). The query runs until
-the input available at its start is read (``Trigger.AvailableNow``), and resumes from its checkpoint
-when run again with the same one.
+``stream_changelog`` prints each micro-batch as Flink prints changelogs (``+I[...]``), prefixed with
+the record's ``topic/partition@offset`` (``file:line`` for a plain file); a control event (a truncate,
+a logical message, a DDL) is printed in its place as ``! truncate`` (``controlEvents=emit``, unless the
+options set it). The query runs until the input available at its start is read
+(``Trigger.AvailableNow``), and resumes from its checkpoint when run again with the same one.
 """
 
 from __future__ import annotations
@@ -24,16 +22,16 @@ from typing import TYPE_CHECKING, TextIO
 import pyarrow.compute as pc
 
 from cdcflow.connectors.errors import ConnectorError, ConnectorOptionError
-from cdcflow.connectors.session import cdcflow_spark_config, installed_pyspark_workers
-from cdcflow.connectors.source_options import CONTROL_COLUMN
-from cdcflow.connectors.spark_types import changes_from_arrow, schema_of_struct
+from cdcflow.connectors.spark.arrow_types import changes_from_arrow, schema_of_struct
+from cdcflow.connectors.spark.options import CONTROL_COLUMN
+from cdcflow.connectors.spark.session import cdcflow_spark_config, installed_pyspark_workers
 from cdcflow.formats import render_change
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-ORIGIN_COLUMNS = ("topic", "partition", "offset")
+ORIGIN_COLUMNS = ("topic", "partition", "offset", "file", "line")
 _OUR_ERROR = re.compile(r"^(?:[\w.]*\.)?cdcflow\.[\w.]*?\.(\w+): (.+)$", re.MULTILINE)
 _USAGE_ERRORS = frozenset(
     {"ConnectorOptionError", "FormatOptionError", "UnknownFormatError", "ChangelogValidationError"}
@@ -115,16 +113,16 @@ def check_local_dir(path: str, flag: str) -> None:
 def check_source(source: str, options: Mapping[str, str]) -> None:
     """Check a ``cdc-*`` source's options (and reach its Kafka cluster) before a Spark session starts, as
     the source itself does on the driver, so a mistake is one clear error instead of Spark's traces."""
-    from cdcflow.connectors import kafka_client
-    from cdcflow.connectors.read_plan import KafkaInput, plan_read
-    from cdcflow.connectors.sources import SOURCES
+    from cdcflow.connectors.kafka import admin as kafka_admin
+    from cdcflow.connectors.spark.read_plan import KafkaInput, plan_read
+    from cdcflow.connectors.spark.sources import SOURCES
 
     by_name = {s.short_name: s.format_name for s in SOURCES}
     if source not in by_name:
         raise ConnectorOptionError(f"--source {source!r} is not one of {', '.join(by_name)}")
     plan = plan_read(by_name[source], options, None)
     if isinstance(plan.input, KafkaInput):
-        kafka_client.discover_partitions(plan.input.options)
+        kafka_admin.discover_partitions(plan.input.options)
 
 
 def local_session(app_name: str = "cdcflow", config: Mapping[str, str] | None = None) -> SparkSession:
@@ -188,7 +186,11 @@ def changelog_printer(row_kind_column: str, out: TextIO) -> Callable[[DataFrame,
             data = table.filter(pc.is_null(table.column(CONTROL_COLUMN)))
         changes = iter(changes_from_arrow(data, columns, row_kind_column))
         for origin, control in zip(origins, controls, strict=True):
-            where = f"{origin['topic']}/{origin['partition']}@{origin['offset']}"
+            where = (
+                f"{origin['topic']}/{origin['partition']}@{origin['offset']}"
+                if origin["topic"] is not None
+                else f"{origin['file']}:{origin['line']}"
+            )
             shown = f"! {control}" if control is not None else render_change(next(changes), columns)
             out.write(f"{where} {shown}\n")
         out.flush()

@@ -21,13 +21,13 @@ import pyarrow.compute as pc
 from pyspark.sql import DataFrame
 from pyspark.sql import types as st
 
-from cdcflow.connectors.accounting import range_name
-from cdcflow.connectors.columnar import ColumnarDecoder
-from cdcflow.connectors.decode_batches import BLOCK_SIZE, BatchDecoder
 from cdcflow.connectors.errors import ConnectorOptionError
-from cdcflow.connectors.read_plan import INFERENCE_SAMPLE, FrameInput, ReadPlan, plan_read
-from cdcflow.connectors.source_options import KAFKA_SOURCE_KEYS
+from cdcflow.connectors.spark.accounting import range_name
+from cdcflow.connectors.spark.decode import BLOCK_SIZE, BatchDecoder
+from cdcflow.connectors.spark.options import KAFKA_SOURCE_KEYS
+from cdcflow.connectors.spark.read_plan import INFERENCE_SAMPLE, FrameInput, ReadPlan, plan_read
 from cdcflow.formats.base import Headers, Message
+from cdcflow.formats.debezium.arrow import ColumnarDecoder
 from cdcflow.formats.types import Schema
 
 KAFKA_COLUMNS = ("key", "value", "topic", "partition", "offset", "timestamp")
@@ -93,7 +93,7 @@ def decode_kafka(
 
 
 def _ddl(columns: st.StructType) -> str:
-    from cdcflow.connectors.spark_types import schema_of_struct
+    from cdcflow.connectors.spark.arrow_types import schema_of_struct
 
     schema: Schema = schema_of_struct(columns)
     return schema.ddl()

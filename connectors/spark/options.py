@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from cdcflow.connectors import kafka_client
 from cdcflow.connectors.errors import ConnectorOptionError
+from cdcflow.connectors.kafka import options as kafka_options
 from cdcflow.formats.options import Option, boolean, choice, integer, names, optional_string, show_default
 from cdcflow.formats.redact import redacted_repr
 from cdcflow.formats.registry import FormatFactory
@@ -149,7 +149,7 @@ CONNECTOR_OPTIONS: tuple[Option[Any], ...] = (
 )
 _BY_KEY = {option.key.lower(): option for option in CONNECTOR_OPTIONS}
 
-KAFKA_SOURCE_KEYS = kafka_client.SOURCE_OPTIONS
+KAFKA_SOURCE_KEYS = kafka_options.SOURCE_OPTIONS
 SPARK_KEYS = frozenset({"checkpointlocation"})
 """Options Spark itself reads and also hands to the source or sink: accepted and left alone."""
 

@@ -12,17 +12,19 @@ from dataclasses import dataclass
 
 from pyspark.sql import types as st
 
-from cdcflow.connectors import kafka_client, replay
 from cdcflow.connectors.errors import ConnectorOptionError
-from cdcflow.connectors.metadata import CONNECTOR_METADATA
-from cdcflow.connectors.source_options import (
+from cdcflow.connectors.kafka import admin as kafka_admin
+from cdcflow.connectors.kafka import options as kafka_options
+from cdcflow.connectors.replay import dumps as replay
+from cdcflow.connectors.spark.arrow_types import schema_of_struct, struct_type
+from cdcflow.connectors.spark.metadata import CONNECTOR_METADATA
+from cdcflow.connectors.spark.options import (
     CONTROL_COLUMN,
     ControlEvents,
     SplitOptions,
     include_headers,
     split_options,
 )
-from cdcflow.connectors.spark_types import schema_of_struct, struct_type
 from cdcflow.formats.base import DecodeOutput, Decoder, Message
 from cdcflow.formats.errors import FormatOptionError, SchemaError
 from cdcflow.formats.redact import redact
@@ -40,12 +42,12 @@ class ReplayInput:
 
 @dataclass(frozen=True)
 class KafkaInput:
-    options: kafka_client.KafkaOptions
+    options: kafka_options.KafkaOptions
 
 
 @dataclass(frozen=True)
 class FrameInput:
-    """A DataFrame of Kafka records (:func:`~cdcflow.connectors.kafka_frames.decode_kafka`): Spark's
+    """A DataFrame of Kafka records (:func:`~cdcflow.connectors.spark.kafka_frames.decode_kafka`): Spark's
     Kafka source reads; ``sample`` holds its first records, to infer the columns from (empty: none)."""
 
     sample: tuple[Message, ...] = ()
@@ -55,7 +57,7 @@ class FrameInput:
 class DeadLetterTarget:
     path: str | None
     topic: str | None
-    kafka: kafka_client.KafkaOptions | None
+    kafka: kafka_options.KafkaOptions | None
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,7 @@ class ReadPlan:
     accounting_path: str | None = None
     """Where each input range's message counts go (``accountingPath``), or None."""
     handoff_path: str | None = None
-    """``handoffPath``: where each input range's decoded rows go (:mod:`cdcflow.connectors.handoff`);
+    """``handoffPath``: where each input range's decoded rows go (:mod:`cdcflow.connectors.spark.handoff`);
     ``output`` is then the handoff rows' schema and ``changelog`` the decoded rows'."""
     changelog: st.StructType | None = None
 
@@ -161,7 +163,7 @@ def plan_read(
 
 
 def _handoff_output(changelog: st.StructType) -> st.StructType:
-    from cdcflow.connectors import handoff
+    from cdcflow.connectors.spark import handoff
 
     return st.StructType(
         [
@@ -216,7 +218,7 @@ def _input(options: SplitOptions) -> ReplayInput | KafkaInput:
             "no input: set 'kafka.bootstrap.servers' and one of subscribe / subscribePattern / assign to "
             "read Kafka, or load(path) to replay recorded files"
         )
-    return KafkaInput(kafka_client.KafkaOptions.parse(options.kafka))
+    return KafkaInput(kafka_options.KafkaOptions.parse(options.kafka))
 
 
 def _local_directory(options: SplitOptions, key: str) -> str | None:
@@ -249,7 +251,7 @@ def _dead_letters(options: SplitOptions, factory: FormatFactory) -> DeadLetterTa
         bootstrap = {k: v for k, v in options.kafka.items() if k.lower().startswith("kafka.")}
         if not bootstrap:
             raise ConnectorOptionError("deadLetterTopic needs kafka.bootstrap.servers")
-        kafka = kafka_client.KafkaOptions.parse({**bootstrap, "subscribe": topic})
+        kafka = kafka_options.KafkaOptions.parse({**bootstrap, "subscribe": topic})
     return DeadLetterTarget(path, topic, kafka)
 
 
@@ -363,7 +365,7 @@ def _sample(source: ReplayInput | KafkaInput | FrameInput) -> Iterator[Message]:
         for path in source.files:
             yield from replay.read_messages(path)
         return
-    yield from kafka_client.sample_messages(source.options, INFERENCE_SAMPLE)
+    yield from kafka_admin.sample_messages(source.options, INFERENCE_SAMPLE)
 
 
 def _check_user_schema(user: st.StructType, derived: st.StructType) -> None:

@@ -23,11 +23,16 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from cdcflow.connectors import handoff, kafka_client, replay
-from cdcflow.connectors.accounting import range_name
 from cdcflow.connectors.errors import ReplayFormatError, SchemaChangedError
-from cdcflow.connectors.read_plan import KafkaInput, ReadPlan, ReplayInput, columns_ddl
-from cdcflow.connectors.spark_types import arrow_schema
+from cdcflow.connectors.kafka import admin as kafka_admin
+from cdcflow.connectors.kafka import offsets as kafka_offsets
+from cdcflow.connectors.kafka import options as kafka_options
+from cdcflow.connectors.kafka import reader as kafka_reader
+from cdcflow.connectors.replay import dumps as replay
+from cdcflow.connectors.spark import handoff
+from cdcflow.connectors.spark.accounting import range_name
+from cdcflow.connectors.spark.arrow_types import arrow_schema
+from cdcflow.connectors.spark.read_plan import KafkaInput, ReadPlan, ReplayInput, columns_ddl
 from cdcflow.formats.base import Message
 from cdcflow.formats.errors import NewColumnsError
 
@@ -55,7 +60,7 @@ class FileRange:
 
 
 class CdcInputPartition(InputPartition):
-    def __init__(self, split: FileRange | kafka_client.OffsetRange) -> None:
+    def __init__(self, split: FileRange | kafka_options.OffsetRange) -> None:
         super().__init__(split)
         self.split = split
 
@@ -69,7 +74,7 @@ def _read(plan: ReadPlan, partition: InputPartition) -> Iterator[pa.RecordBatch]
         # With no ranges to read (an empty topic) Spark still runs one task with its own partition.
         return iter(())
     # Imported here, on executors: the process that plans a stream's offsets never decodes.
-    from cdcflow.connectors.decode_batches import BatchDecoder
+    from cdcflow.connectors.spark.decode import BatchDecoder
 
     _spare_imports_from_collections()
 
@@ -79,9 +84,9 @@ def _read(plan: ReadPlan, partition: InputPartition) -> Iterator[pa.RecordBatch]
     if isinstance(split, FileRange) and decoder.reads_lines and not replay.is_dump(split.path):
         lines = decoder.file_batches(split.path, split.start, split.end, split.lines_before)
         batches = _schema_checked(lines)
-    elif isinstance(split, kafka_client.OffsetRange):
+    elif isinstance(split, kafka_options.OffsetRange):
         assert isinstance(plan.input, KafkaInput)  # noqa: S101 - Kafka ranges come from a Kafka input
-        chunks = kafka_client.read_range_chunks(
+        chunks = kafka_reader.read_range_chunks(
             plan.input.options,
             split,
             fail_on_data_loss=plan.input.options.fail_on_data_loss,
@@ -113,7 +118,7 @@ def _spare_imports_from_collections() -> None:
         gc.freeze()
 
 
-def _range_name(split: FileRange | kafka_client.OffsetRange) -> str:
+def _range_name(split: FileRange | kafka_options.OffsetRange) -> str:
     """The same range always has the same name: a retried task or a restarted micro-batch replaces
     its dead letters and counts rather than adding to them."""
     if isinstance(split, FileRange):
@@ -178,29 +183,29 @@ def _replay_partitions(plan: ReadPlan, start: Offsets, end: Offsets) -> list[Cdc
     ]
 
 
-def _kafka_partitions(plan: ReadPlan, ranges: list[kafka_client.OffsetRange]) -> list[CdcInputPartition]:
+def _kafka_partitions(plan: ReadPlan, ranges: list[kafka_options.OffsetRange]) -> list[CdcInputPartition]:
     return [
         CdcInputPartition(split)
-        for split in kafka_client.split_ranges(
+        for split in kafka_offsets.split_ranges(
             ranges, plan.max_records_per_partition, min_partitions=plan.min_partitions or None
         )
     ]
 
 
-def _new_partition_starts(plan: ReadPlan, start: Offsets, end: Offsets) -> kafka_client.Offsets:
+def _new_partition_starts(plan: ReadPlan, start: Offsets, end: Offsets) -> kafka_options.Offsets:
     """The earliest offsets of the partitions in ``end`` but not in ``start``: where new ones start."""
     assert isinstance(plan.input, KafkaInput)  # noqa: S101
-    new = sorted(set(kafka_client.offsets_from_json(end)) - set(kafka_client.offsets_from_json(start)))
-    bounds = kafka_client.offset_bounds(plan.input.options, new) if new else {}
+    new = sorted(set(kafka_options.offsets_from_json(end)) - set(kafka_options.offsets_from_json(start)))
+    bounds = kafka_admin.offset_bounds(plan.input.options, new) if new else {}
     return {tp: low for tp, (low, _) in bounds.items()}
 
 
-def _stream_ranges(plan: ReadPlan, start: Offsets, end: Offsets) -> list[kafka_client.OffsetRange]:
+def _stream_ranges(plan: ReadPlan, start: Offsets, end: Offsets) -> list[kafka_options.OffsetRange]:
     """A micro-batch's ranges, with Spark's checks: partitions gone or offsets gone back are data loss."""
     assert isinstance(plan.input, KafkaInput)  # noqa: S101
     options = plan.input.options
-    begin, stop = kafka_client.offsets_from_json(start), kafka_client.offsets_from_json(end)
-    return kafka_client.stream_ranges(
+    begin, stop = kafka_options.offsets_from_json(start), kafka_options.offsets_from_json(end)
+    return kafka_offsets.stream_ranges(
         begin,
         stop,
         new_partition_start=_new_partition_starts(plan, start, end),
@@ -250,8 +255,8 @@ class CdcBatchReader(DataSourceReader):
             return _replay_partitions(plan, {}, sizes)
         assert isinstance(plan.input, KafkaInput)  # noqa: S101 - a source reads Kafka or files
         options = plan.input.options
-        ranges = kafka_client.batch_ranges(
-            kafka_client.batch_offsets(options, "starting"), kafka_client.batch_offsets(options, "ending")
+        ranges = kafka_offsets.batch_ranges(
+            kafka_admin.batch_offsets(options, "starting"), kafka_admin.batch_offsets(options, "ending")
         )
         return _kafka_partitions(plan, ranges)
 
@@ -269,7 +274,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(self.plan.input, ReplayInput):
             return {"files": {}}
         assert isinstance(self.plan.input, KafkaInput)  # noqa: S101 - a source reads Kafka or files
-        return kafka_client.offsets_to_json(kafka_client.stream_starting_offsets(self.plan.input.options))
+        return kafka_options.offsets_to_json(kafka_admin.stream_starting_offsets(self.plan.input.options))
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.plan.max_offsets_per_trigger > 0 and isinstance(self.plan.input, KafkaInput):
@@ -291,7 +296,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return end
         if isinstance(limit, ReadMaxRows):
             new_starts = _new_partition_starts(self.plan, start, latest)
-            return kafka_client.limit_offsets(start, latest, limit.max_rows, new_partition_start=new_starts)
+            return kafka_offsets.limit_offsets(start, latest, limit.max_rows, new_partition_start=new_starts)
         return latest
 
     def reportLatestOffset(self) -> Offsets:
@@ -303,7 +308,7 @@ class CdcStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(self.plan.input, ReplayInput):
             return _file_sizes(self.plan, list_again=True)
         assert isinstance(self.plan.input, KafkaInput)  # noqa: S101 - a source reads Kafka or files
-        return kafka_client.offsets_to_json(kafka_client.latest_offsets(self.plan.input.options))
+        return kafka_options.offsets_to_json(kafka_admin.latest_offsets(self.plan.input.options))
 
     def partitions(self, start: Offsets, end: Offsets) -> Sequence[InputPartition]:
         if isinstance(self.plan.input, ReplayInput):

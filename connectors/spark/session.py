@@ -39,7 +39,7 @@ def require_stateful_setup(spark: SparkSession) -> None:
             f"stateful changelog operators run on transformWithState, which needs the RocksDB state store; "
             f"{PROVIDER_KEY} is {provider!r}. Set it before the first streaming query: "
             f"spark.conf.set('{PROVIDER_KEY}', '{ROCKSDB_PROVIDER}') "
-            "(or build the session with cdcflow.connectors.session.cdcflow_spark_config())"
+            "(or build the session with cdcflow.connectors.spark.session.cdcflow_spark_config())"
         )
     if importlib.util.find_spec("google.protobuf") is None:
         raise SparkSetupError(

@@ -2,9 +2,9 @@
 
 Key = the primary key columns (``keyColumns``), an idempotent producer, and a batch that fails when a
 delivery fails: at-least-once, as Spark's own Kafka sink; ``sink.delivery-guarantee=exactly-once``
-writes each task's records in a Kafka transaction (:mod:`cdcflow.connectors.sink_transactions`). An
+writes each task's records in a Kafka transaction (:mod:`cdcflow.connectors.spark.sink_transactions`). An
 update is written as ONE update event, and a key's changes in their order, or the write fails
-(:mod:`cdcflow.connectors.sink_order`): a ``-U`` and its ``+U`` in different tasks fail the task before
+(:mod:`cdcflow.connectors.spark.sink_order`): a ``-U`` and its ``+U`` in different tasks fail the task before
 either is written; a key written by two tasks of one batch fails the batch at its commit.
 """
 
@@ -20,12 +20,14 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
-from cdcflow.connectors import kafka_client
 from cdcflow.connectors.errors import ConnectorOptionError
-from cdcflow.connectors.sink_order import KeyHashes, UpdatePairs, check_disjoint_keys
-from cdcflow.connectors.sink_transactions import TaskTransaction, producer_defaults, task_identity
-from cdcflow.connectors.source_options import DeliveryGuarantee, split_options
-from cdcflow.connectors.spark_types import schema_of_struct
+from cdcflow.connectors.kafka import admin as kafka_admin
+from cdcflow.connectors.kafka import options as kafka_options
+from cdcflow.connectors.kafka import producer as kafka_producer
+from cdcflow.connectors.spark.arrow_types import schema_of_struct
+from cdcflow.connectors.spark.options import DeliveryGuarantee, split_options
+from cdcflow.connectors.spark.sink_order import KeyHashes, UpdatePairs, check_disjoint_keys
+from cdcflow.connectors.spark.sink_transactions import TaskTransaction, producer_defaults, task_identity
 from cdcflow.core.keys import key_of
 from cdcflow.core.model import Change
 from cdcflow.core.rowkind import RowKind
@@ -43,7 +45,7 @@ class WritePlan:
     row_kind_column: str
     key_columns: tuple[str, ...]
     topic: str
-    producer_config: kafka_client.ClientConfig
+    producer_config: kafka_options.ClientConfig
     key_order_check: bool = True
     delivery: DeliveryGuarantee = DeliveryGuarantee.AT_LEAST_ONCE
     transactional_id_prefix: str | None = None
@@ -90,7 +92,7 @@ def plan_write(format_name: str, raw: Mapping[str, str], schema: StructType) -> 
             f"{', '.join(source_only)}: Kafka source option(s), which a sink does not read; a sink takes "
             "kafka.* settings, 'topic' and 'keyColumns'"
         )
-    producer_config = kafka_client.producer_config(options.kafka)
+    producer_config = kafka_admin.producer_config(options.kafka)
     delivery, prefix = options.get("sink.delivery-guarantee"), options.get("sink.transactional-id-prefix")
     _check_delivery(delivery, prefix, producer_config)
     if row_kind not in schema.fieldNames():
@@ -124,7 +126,7 @@ def plan_write(format_name: str, raw: Mapping[str, str], schema: StructType) -> 
 
 
 def _check_delivery(
-    delivery: DeliveryGuarantee, prefix: str | None, producer: kafka_client.ClientConfig
+    delivery: DeliveryGuarantee, prefix: str | None, producer: kafka_options.ClientConfig
 ) -> None:
     exactly_once = delivery is DeliveryGuarantee.EXACTLY_ONCE
     if prefix is not None and not exactly_once:
@@ -216,7 +218,7 @@ def _task_partition() -> int | None:
 def write_changes(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> WriteCounts:
     task = _task_partition()
     if plan.delivery is not DeliveryGuarantee.EXACTLY_ONCE:
-        with kafka_client.KafkaProducerSink(
+        with kafka_producer.KafkaProducerSink(
             plan.producer_config, plan.topic, producer_defaults(plan.delivery)
         ) as producer:
             return _write(plan, batches, task, producer)
@@ -239,7 +241,7 @@ def _write(
     plan: WritePlan,
     batches: Iterator[pa.RecordBatch],
     task: int | None,
-    producer: kafka_client.KafkaProducerSink | None,
+    producer: kafka_producer.KafkaProducerSink | None,
 ) -> WriteCounts:
     """Encode and queue a task's changes (only check them without a producer)."""
     encoder = plan.encoder()

@@ -23,8 +23,8 @@ import numpy as np
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from cdcflow.connectors.changelog_exprs import column
 from cdcflow.connectors.errors import ConnectorOptionError, SinkOrderError
+from cdcflow.connectors.spark.changelog.exprs import column
 from cdcflow.core.model import Change
 from cdcflow.core.rowkind import UA, UB
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from cdcflow.connectors.errors import KafkaConnectorError
-from cdcflow.connectors.kafka_options import ClientConfig
-from cdcflow.connectors.kafka_producer import IDEMPOTENT, TRANSACTION_CALL_TIMEOUT_S, KafkaProducerSink
-from cdcflow.connectors.source_options import DeliveryGuarantee
+from cdcflow.connectors.kafka.options import ClientConfig
+from cdcflow.connectors.kafka.producer import IDEMPOTENT, TRANSACTION_CALL_TIMEOUT_S, KafkaProducerSink
+from cdcflow.connectors.spark.options import DeliveryGuarantee
 
 if TYPE_CHECKING:
     from confluent_kafka import Consumer

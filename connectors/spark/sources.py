@@ -28,7 +28,7 @@ from cdcflow.formats.redact import is_secret, redact
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from cdcflow.connectors.read_plan import ReadPlan
+    from cdcflow.connectors.spark.read_plan import ReadPlan
 
 
 OPTIONS_METADATA = "cdcflow.options"
@@ -70,12 +70,12 @@ class CdcSource(DataSource):
         )
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from cdcflow.connectors.readers import CdcBatchReader
+        from cdcflow.connectors.spark.readers import CdcBatchReader
 
         return CdcBatchReader(self._table_plan(schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from cdcflow.connectors.readers import CdcStreamReader
+        from cdcflow.connectors.spark.readers import CdcStreamReader
 
         return CdcStreamReader(self._table_plan(schema))
 
@@ -115,18 +115,18 @@ class CdcSource(DataSource):
         )
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
-        from cdcflow.connectors.sink import KafkaChangelogWriter, plan_write
+        from cdcflow.connectors.spark.sink import KafkaChangelogWriter, plan_write
 
         return KafkaChangelogWriter(plan_write(self.format_name, self.options, schema))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        from cdcflow.connectors.sink import KafkaChangelogStreamWriter, plan_write
+        from cdcflow.connectors.spark.sink import KafkaChangelogStreamWriter, plan_write
 
         return KafkaChangelogStreamWriter(plan_write(self.format_name, self.options, schema))
 
     def _derived_plan(self) -> ReadPlan:
         """The read without a user ``.schema(...)``: planned (and columns inferred) once per source."""
-        from cdcflow.connectors.read_plan import plan_read
+        from cdcflow.connectors.spark.read_plan import plan_read
 
         cached: ReadPlan | None = getattr(self, "_derived", None)
         if cached is None:
@@ -137,7 +137,7 @@ class CdcSource(DataSource):
     def _plan(self, schema: StructType) -> ReadPlan:
         """Spark passes the user's ``.schema(...)``, or else what :meth:`schema` returned."""
         from cdcflow.connectors.errors import ConnectorOptionError
-        from cdcflow.connectors.read_plan import plan_read
+        from cdcflow.connectors.spark.read_plan import plan_read
 
         try:
             derived = self._derived_plan()
@@ -239,7 +239,7 @@ _COLUMN_LIST_HINT = (
 def register(spark: SparkSession) -> None:
     """Register every ``cdc-*`` source with ``spark`` (Spark also finds them by itself), and the SQL
     table functions FROM_CHANGELOG and TO_CHANGELOG (which Spark does not)."""
-    from cdcflow.connectors.changelog_sql import register_functions
+    from cdcflow.connectors.spark.changelog.sql import register_functions
 
     for source in SOURCES:
         spark.dataSource.register(source)

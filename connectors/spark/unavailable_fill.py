@@ -28,8 +28,8 @@ from pyspark.sql import types as st
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle, TimerValues
 
 from cdcflow.connectors.errors import ConnectorOptionError
-from cdcflow.connectors.session import require_stateful_setup
-from cdcflow.connectors.spark_types import arrow_schema
+from cdcflow.connectors.spark.arrow_types import arrow_schema
+from cdcflow.connectors.spark.session import require_stateful_setup
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -3,7 +3,7 @@
 Reading: confluent-kafka's framing (``dual_schema_id_deserializer``: the magic byte and schema id of
 the payload, or a schema-id header) finds the writer schema id; :class:`WriterSchemas` has the schema
 from the format's options (``schema`` + ``schema-id``: no registry, as Spark executors cannot share a
-``mock://`` registry) or the Schema Registry (:mod:`registry_client`), parsed once per id, and the
+``mock://`` registry) or the Schema Registry (:mod:`.client`), parsed once per id, and the
 body is read by fastavro's ``schemaless_reader``, as ``AvroDeserializer`` does. Not through
 ``AvroDeserializer`` itself: it expands the reader schema on every record, which halves the decode
 rate (docs/formats.md has the numbers). The schema is read with its ``logicalType`` attributes
@@ -28,20 +28,20 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 import fastavro
 
-from cdcflow.formats import avro_types
-from cdcflow.formats.debezium import coerce_converter
-from cdcflow.formats.errors import EncodeError, FieldError, FormatError, MissingDependencyError, SchemaError
-from cdcflow.formats.lru import SCHEMA_CACHE_SIZE, LruCache
-from cdcflow.formats.redact import redact
-from cdcflow.formats.registry_client import (
+from cdcflow.formats.confluent import avro_types
+from cdcflow.formats.confluent.client import (
     RegistryConfig,
     fetch_schema,
     registry_client,
     schema_id_of,
     shown_url,
 )
+from cdcflow.formats.debezium.envelope import coerce_converter
+from cdcflow.formats.errors import EncodeError, FieldError, FormatError, MissingDependencyError, SchemaError
+from cdcflow.formats.json_decode import RowConverter
+from cdcflow.formats.lru import SCHEMA_CACHE_SIZE, LruCache
+from cdcflow.formats.redact import redact
 from cdcflow.formats.types import Schema
-from cdcflow.formats.values import RowConverter
 
 if TYPE_CHECKING:
     from confluent_kafka.schema_registry import RegisteredSchema, SchemaRegistryClient

@@ -20,10 +20,11 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-from cdcflow.formats import connect, values
+from cdcflow.formats import connect
+from cdcflow.formats import json_decode as values
 from cdcflow.formats.errors import FieldError, SchemaError, excerpt
+from cdcflow.formats.json_decode import EXACT, Converter
 from cdcflow.formats.types import DataType, Field, Schema, TypeKind, atomic
-from cdcflow.formats.values import EXACT, Converter
 
 AvroSchema = Any  # a JSON value: a type name, a list (union) or an object
 Encode = Any  # Callable[[Any], Any]; kept loose because fastavro takes plain JSON-like values

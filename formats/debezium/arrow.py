@@ -4,7 +4,7 @@ The hot path of the ``cdc-debezium`` sources. Arrow's JSON reader parses the who
 explicit ``{op, before, after}`` schema, numpy builds the changelog's take indices (``c``/``r`` → +I,
 ``u`` → -U +U, ``d`` → -D) and each column is converted vectorised. No per-message Python objects.
 
-The result is exactly what :class:`~cdcflow.formats.debezium_json.DebeziumJsonDecoder` gives message
+The result is exactly what :class:`~cdcflow.formats.debezium.json.DebeziumJsonDecoder` gives message
 by message, or None: whatever the per-record decoder would treat differently from plain data (a parse
 error, a control event, an unchanged-TOAST placeholder, a NULL in a NOT NULL column, an update
 without its before image, JSON that Arrow's reader accepts but the per-record parser refuses) sends
@@ -23,18 +23,23 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pa_json
 
-from cdcflow.connectors.columnar_block import Block, Positions
-from cdcflow.connectors.columnar_metadata import (
+from cdcflow.formats.base import Decoder, Headers, metadata_column_name
+from cdcflow.formats.debezium.arrow_block import Block, Positions
+from cdcflow.formats.debezium.arrow_columns import ColumnPlan, placeholder_texts, plan_column, validity
+from cdcflow.formats.debezium.arrow_metadata import (
     SUPPORTED,
     PositionFieldsNeeded,
     envelope_fields,
     metadata_columns,
     unavailable_lists,
 )
-from cdcflow.connectors.columnar_types import ColumnPlan, placeholder_texts, plan_column, validity
-from cdcflow.formats.base import Decoder, Headers, metadata_column_name
-from cdcflow.formats.debezium import KEY_HEADERS, DebeziumMode, UnavailableHandling, reports_unavailable
-from cdcflow.formats.debezium_json import DebeziumJsonDecoder
+from cdcflow.formats.debezium.envelope import (
+    KEY_HEADERS,
+    DebeziumMode,
+    UnavailableHandling,
+    reports_unavailable,
+)
+from cdcflow.formats.debezium.json import DebeziumJsonDecoder
 from cdcflow.formats.types import TypeKind
 
 _OPS = pa.array(["c", "r", "u", "d"])

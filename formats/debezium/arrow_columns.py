@@ -1,5 +1,5 @@
 """Column conversions of the columnar Debezium JSON path, each the vectorised twin of one converter in
-:mod:`cdcflow.formats.values` for the JSON values Arrow's reader accepts for the column.
+:mod:`cdcflow.formats.json_decode` for the JSON values Arrow's reader accepts for the column.
 
 A conversion returns None wherever the per-record converter would give anything else (another
 value or an error): the caller then decodes the block message by message.
@@ -17,9 +17,9 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdcflow.formats.debezium import PLACEHOLDER, is_unavailable
+from cdcflow.formats.debezium.envelope import PLACEHOLDER, is_unavailable
+from cdcflow.formats.json_decode import units_per_second
 from cdcflow.formats.types import Field, TypeKind
-from cdcflow.formats.values import units_per_second
 
 _INTEGER_TYPES = {
     TypeKind.TINYINT: pa.int8(),

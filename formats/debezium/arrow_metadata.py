@@ -1,10 +1,10 @@
 """The Debezium metadata columns of the columnar path, each the vectorised twin of
-:func:`cdcflow.formats.debezium.metadata_values` for one key.
+:func:`cdcflow.formats.debezium.envelope.metadata_values` for one key.
 
 Arrow's JSON reader parses the ``source`` fields the keys read with fixed types (a value of another
 type fails the block, which then goes message by message). PostgreSQL's ``source.sequence`` is
 computed vectorised; any other position (another connector, an unusual ``sequence`` text) goes through
-:func:`~cdcflow.formats.debezium_position.source_sequence` itself, row by row. A value the per-record
+:func:`~cdcflow.formats.debezium.position.source_sequence` itself, row by row. A value the per-record
 path refuses (a timestamp beyond the TIMESTAMP range, a position beyond BIGINT, a malformed key
 header) makes the block decline (None).
 """
@@ -19,8 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdcflow.formats.base import Headers
-from cdcflow.formats.debezium import KEY_HEADERS, header_key
-from cdcflow.formats.debezium_position import source_sequence
+from cdcflow.formats.debezium.envelope import KEY_HEADERS, header_key
+from cdcflow.formats.debezium.position import source_sequence
 from cdcflow.formats.errors import FieldError
 
 #: The metadata keys the columnar path computes.

@@ -1,7 +1,8 @@
 """``debezium-avro-confluent``: Debezium change events in Confluent's Avro wire format.
 
 A message is the magic byte 0, the writer schema's id (4 bytes, big-endian) and the Avro binary
-body, framed and unframed by confluent-kafka's serde (:mod:`avro_serde`). Writer schemas come from a
+body, framed and unframed by confluent-kafka's serde
+(:mod:`cdcflow.formats.confluent.avro_serde`). Writer schemas come from a
 Schema Registry (``url``, through confluent-kafka's client, created lazily on each executor and never
 pickled), or from the ``schema`` option (air-gapped use, tests), optionally tied to one
 ``schema-id``. Each schema is fetched and parsed once per decoder. With a registry, the encoder keys
@@ -23,8 +24,6 @@ from typing import Any
 
 import fastavro
 
-from cdcflow.formats import avro_types
-from cdcflow.formats.avro_serde import AvroReader, AvroWriter, WriterSchemas
 from cdcflow.formats.base import (
     ControlEvent,
     Decoded,
@@ -36,7 +35,19 @@ from cdcflow.formats.base import (
     check_key_columns,
     check_new_columns,
 )
-from cdcflow.formats.debezium import (
+from cdcflow.formats.confluent import avro_types
+from cdcflow.formats.confluent.avro_serde import AvroReader, AvroWriter, WriterSchemas
+from cdcflow.formats.confluent.client import CLIENT_KEYS as _CLIENT_KEYS
+from cdcflow.formats.confluent.client import (
+    CONNECTION_OPTIONS,
+    HEADER_SIZE,
+    MAGIC_BYTE,
+    RegistryConfig,
+    schema_id,
+)
+from cdcflow.formats.confluent.client import check_client as _check_client
+from cdcflow.formats.confluent.client import registry_client as registry_client  # re-exported
+from cdcflow.formats.debezium.envelope import (
     CONTROL_OPS,
     DEBEZIUM_OPTIONS,
     ENCODE_OP_MAPPINGS,
@@ -57,22 +68,12 @@ from cdcflow.formats.errors import (
     SchemaError,
     excerpt,
 )
-from cdcflow.formats.jsonenc import IGNORE_PARSE_ERRORS
+from cdcflow.formats.json_decode import RowConverter
+from cdcflow.formats.json_encode import IGNORE_PARSE_ERRORS
 from cdcflow.formats.options import Option, OptionSet, optional_string
 from cdcflow.formats.redact import redact, redacted_repr
 from cdcflow.formats.registry import FormatFactory
-from cdcflow.formats.registry_client import CLIENT_KEYS as _CLIENT_KEYS
-from cdcflow.formats.registry_client import (
-    CONNECTION_OPTIONS,
-    HEADER_SIZE,
-    MAGIC_BYTE,
-    RegistryConfig,
-    schema_id,
-)
-from cdcflow.formats.registry_client import check_client as _check_client
-from cdcflow.formats.registry_client import registry_client as registry_client  # re-exported
 from cdcflow.formats.types import Schema
-from cdcflow.formats.values import RowConverter
 
 NAME = "debezium-avro-confluent"
 

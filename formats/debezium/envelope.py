@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from cdcflow.core.from_envelopes import FromChangelog
+from cdcflow.core.from_changelog_engine import FromChangelog
 from cdcflow.core.model import Change, Row
 from cdcflow.core.params import plan_from_changelog
 from cdcflow.formats.base import (
@@ -27,8 +27,16 @@ from cdcflow.formats.base import (
 )
 from cdcflow.formats.base import output_schema as base_output_schema
 from cdcflow.formats.coerce import exact_cast
-from cdcflow.formats.debezium_position import source_sequence
+from cdcflow.formats.debezium.position import source_sequence
 from cdcflow.formats.errors import FieldError, excerpt
+from cdcflow.formats.json_decode import (
+    MAX_JSON_TEXT_DEPTH,
+    UNAVAILABLE,
+    Converter,
+    RowConverter,
+    as_text,
+    json_text,
+)
 from cdcflow.formats.lru import FILL_STATE_KEYS, LruCache
 from cdcflow.formats.options import Option, choice, names
 from cdcflow.formats.types import (
@@ -39,14 +47,6 @@ from cdcflow.formats.types import (
     Field,
     Schema,
     TypeKind,
-)
-from cdcflow.formats.values import (
-    MAX_JSON_TEXT_DEPTH,
-    UNAVAILABLE,
-    Converter,
-    RowConverter,
-    as_text,
-    json_text,
 )
 
 PLACEHOLDER = "__debezium_unavailable_value"

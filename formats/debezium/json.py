@@ -28,7 +28,7 @@ from cdcflow.formats.base import (
     connect_payload,
     parse_json,
 )
-from cdcflow.formats.debezium import (
+from cdcflow.formats.debezium.envelope import (
     CONTROL_OPS,
     DEBEZIUM_OPTIONS,
     ENCODE_OP_MAPPINGS,
@@ -44,7 +44,8 @@ from cdcflow.formats.debezium import (
     output_schema,
 )
 from cdcflow.formats.errors import FieldError, FormatOptionError, SchemaError, excerpt
-from cdcflow.formats.jsonenc import (
+from cdcflow.formats.json_decode import RowConverter, converter, json_text
+from cdcflow.formats.json_encode import (
     IGNORE_NULL_FIELDS,
     IGNORE_PARSE_ERRORS,
     MAP_NULL_KEY_OPTIONS,
@@ -57,7 +58,6 @@ from cdcflow.formats.lru import SCHEMA_CACHE_SIZE, LruCache
 from cdcflow.formats.options import OptionSet
 from cdcflow.formats.registry import FormatFactory
 from cdcflow.formats.types import INTEGER_KINDS, Schema
-from cdcflow.formats.values import RowConverter, converter, json_text
 
 NAME = "debezium-json"
 

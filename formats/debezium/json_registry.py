@@ -6,10 +6,11 @@ wrapper; the schema is in the registry). Messages are read with confluent-kafka'
 ``JSONDeserializer`` (``subject.name.strategy.type`` TOPIC); writer schemas come from the Schema
 Registry (``url``) or the ``schema`` option, each fetched and parsed once per decoder.
 
-The envelope then goes through ``debezium-json``'s decoder (:mod:`debezium_json`), so op codes,
+The envelope then goes through ``debezium-json``'s decoder (:mod:`.json`), so op codes,
 upsert mode, TOAST placeholders and metadata columns behave identically. Without declared columns,
 they are the writer schema's ``after`` object, read through its Connect annotations
-(:mod:`json_schema_types`). With ``validate``, each record is first checked against its writer
+(:mod:`cdcflow.formats.confluent.json_schema`). With ``validate``, each record is first checked
+against its writer
 schema with ``jsonschema``; a record that fails is a bad record (dead letter or error) whose reason
 is the validator's message and JSON path.
 
@@ -28,7 +29,7 @@ from typing import Any
 
 import orjson
 
-from cdcflow.formats import connect, json_schema_types
+from cdcflow.formats import connect
 from cdcflow.formats.base import (
     ControlEvent,
     Decoded,
@@ -40,31 +41,8 @@ from cdcflow.formats.base import (
     check_key_columns,
     parse_json,
 )
-from cdcflow.formats.debezium import (
-    DEBEZIUM_OPTIONS,
-    ENCODE_OP_MAPPINGS,
-    METADATA,
-    ChangeBuilder,
-    check_metadata,
-    metadata_values,
-    output_schema,
-)
-from cdcflow.formats.debezium_json import DebeziumJsonConfig, DebeziumJsonDecoder
-from cdcflow.formats.errors import (
-    EncodeError,
-    FieldError,
-    FormatError,
-    FormatOptionError,
-    MissingDependencyError,
-    SchemaError,
-    excerpt,
-)
-from cdcflow.formats.jsonenc import IGNORE_PARSE_ERRORS
-from cdcflow.formats.lru import SCHEMA_CACHE_SIZE, LruCache
-from cdcflow.formats.options import Option, OptionSet, boolean, optional_string
-from cdcflow.formats.redact import redact, redacted_repr
-from cdcflow.formats.registry import FormatFactory
-from cdcflow.formats.registry_client import (
+from cdcflow.formats.confluent import json_schema as json_schema_types
+from cdcflow.formats.confluent.client import (
     CONNECTION_OPTIONS,
     HEADER_SIZE,
     MAGIC_BYTE,
@@ -78,6 +56,30 @@ from cdcflow.formats.registry_client import (
     schema_id_of,
     shown_url,
 )
+from cdcflow.formats.debezium.envelope import (
+    DEBEZIUM_OPTIONS,
+    ENCODE_OP_MAPPINGS,
+    METADATA,
+    ChangeBuilder,
+    check_metadata,
+    metadata_values,
+    output_schema,
+)
+from cdcflow.formats.debezium.json import DebeziumJsonConfig, DebeziumJsonDecoder
+from cdcflow.formats.errors import (
+    EncodeError,
+    FieldError,
+    FormatError,
+    FormatOptionError,
+    MissingDependencyError,
+    SchemaError,
+    excerpt,
+)
+from cdcflow.formats.json_encode import IGNORE_PARSE_ERRORS
+from cdcflow.formats.lru import SCHEMA_CACHE_SIZE, LruCache
+from cdcflow.formats.options import Option, OptionSet, boolean, optional_string
+from cdcflow.formats.redact import redact, redacted_repr
+from cdcflow.formats.registry import FormatFactory
 from cdcflow.formats.types import Schema
 
 NAME = "debezium-json-registry"

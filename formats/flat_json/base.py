@@ -29,7 +29,8 @@ from cdcflow.formats.base import (
     require_schema,
 )
 from cdcflow.formats.errors import FieldError, excerpt
-from cdcflow.formats.jsonenc import (
+from cdcflow.formats.json_decode import EPOCH_UTC, Converter, RowConverter, converter, join_path
+from cdcflow.formats.json_encode import (
     IGNORE_NULL_FIELDS,
     IGNORE_PARSE_ERRORS,
     MAP_NULL_KEY_OPTIONS,
@@ -42,7 +43,6 @@ from cdcflow.formats.jsonenc import (
 from cdcflow.formats.options import Option, OptionSet, boolean, optional_string, regex
 from cdcflow.formats.registry import FormatFactory
 from cdcflow.formats.types import DataType, Schema, TypeKind
-from cdcflow.formats.values import EPOCH_UTC, Converter, RowConverter, converter, join_path
 
 #: Builds the converter of one column type; formats override a few kinds (Canal's binary text).
 ConverterFactory = Callable[[DataType], Converter]

@@ -30,6 +30,7 @@ from typing import Any
 import orjson
 
 from cdcflow.core.model import Change, Row
+from cdcflow.core.render import float32_repr
 from cdcflow.core.rowkind import DEL, INS, UA, UB
 from cdcflow.formats.base import (
     ControlEvent,
@@ -44,7 +45,7 @@ from cdcflow.formats.base import (
     parse_json_object,
 )
 from cdcflow.formats.errors import FieldError, excerpt
-from cdcflow.formats.flat_json_common import (
+from cdcflow.formats.flat_json.base import (
     DEFAULT_OVERRIDES,
     ConverterFactory,
     FlatJsonConfig,
@@ -61,9 +62,9 @@ from cdcflow.formats.flat_json_common import (
     read_metadata,
     target_options,
 )
-from cdcflow.formats.jsonenc import (
+from cdcflow.formats.json_decode import Converter, converter
+from cdcflow.formats.json_encode import (
     TimestampStandard,
-    float32_repr,
     format_time,
     format_timestamp,
     value_encoder,
@@ -80,7 +81,6 @@ from cdcflow.formats.types import (
     TypeKind,
     atomic,
 )
-from cdcflow.formats.values import Converter, converter
 
 NAME = "canal-json"
 

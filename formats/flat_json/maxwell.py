@@ -30,7 +30,7 @@ from cdcflow.formats.base import (
     parse_json_object,
 )
 from cdcflow.formats.errors import FieldError, excerpt
-from cdcflow.formats.flat_json_common import (
+from cdcflow.formats.flat_json.base import (
     FlatJsonDecoder,
     FlatJsonEncoder,
     FlatJsonFormat,
@@ -42,8 +42,8 @@ from cdcflow.formats.flat_json_common import (
     read_metadata,
     target_options,
 )
+from cdcflow.formats.json_decode import converter
 from cdcflow.formats.types import STRING, TIMESTAMP_LTZ_MILLIS, DataType, TypeKind
-from cdcflow.formats.values import converter
 
 NAME = "maxwell-json"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from test_cli import run_cli
 
-from cdcflow.connectors.read_plan import plan_read
+from cdcflow.connectors.spark.read_plan import plan_read
 from cdcflow.formats import DecodeOutput, Message, parse_ddl, resolve_format
 from cdcflow.formats.errors import DecodeError
 
@@ -66,7 +66,7 @@ def test_a_bare_carriage_return_is_data_and_line_numbers_stay_those_of_the_file(
 def test_flat_records_with_invalid_utf8_name_the_line(tmp_path: Path) -> None:
     file = tmp_path / "flat.jsonl"
     file.write_bytes(b'{"op": "INSERT", "id": 1}\n{"op": "INSERT", "id": "\xff"}\n')
-    result = run_cli("inspect", str(file))
+    result = run_cli("inspect", "--path", str(file))
     assert result.returncode == 1
     assert result.stdout == "+I[1]\n"
     assert (
@@ -131,7 +131,7 @@ def test_inspect_takes_kafka_options_and_gives_up_on_an_unreachable_broker_after
 def test_inspect_refuses_kafka_options_without_a_broker(tmp_path: Path) -> None:
     file = tmp_path / "in.jsonl"
     file.write_text("{}\n")
-    result = run_cli(*DEBEZIUM, "--option", "kafka.client.id=x", str(file))
+    result = run_cli(*DEBEZIUM, "--option", "kafka.client.id=x", "--path", str(file))
     assert result.returncode == 2
     assert (
         result.stderr == "cdcflow: Kafka options (kafka.*, startingOffsets, ...) need --bootstrap-servers\n"
@@ -192,7 +192,7 @@ def test_an_unwritable_checkpoint_is_named_before_spark_starts(command: str, tmp
 
 
 def test_spark_failure_is_the_cdcflow_error_inside_spark_text() -> None:
-    from cdcflow.connectors.job import spark_failure
+    from cdcflow.connectors.spark.jobs import spark_failure
 
     line = "debezium-json: cannot decode in.jsonl:2, field 'after.id': expected an integer for INT, got 'x'."
     wrapped = (

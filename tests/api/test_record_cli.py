@@ -13,7 +13,8 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "connectors"))
 
 from kafka_fixture import KafkaCluster, kafka_cluster, unique_topic  # noqa: E402, F401 - a session fixture
 
-from cdcflow.connectors import kafka_client, replay  # noqa: E402
+from cdcflow.connectors.kafka import producer as kafka_producer  # noqa: E402
+from cdcflow.connectors.replay import dumps as replay  # noqa: E402
 from cdcflow.formats import Message  # noqa: E402
 
 
@@ -22,7 +23,7 @@ def test_record_writes_a_dump_and_a_summary(kafka_cluster: KafkaCluster, tmp_pat
     topic = unique_topic("cli")
     kafka_cluster.create_topic(topic, 2)
     messages = [Message(b"v%d" % i, b"k%d" % i, partition=i % 2, headers=(("h", b"x"),)) for i in range(5)]
-    kafka_client.produce_messages(kafka_cluster.bootstrap_servers, messages, topic)
+    kafka_producer.produce_messages(kafka_cluster.bootstrap_servers, messages, topic)
     output = tmp_path / "topic.jsonl"
     result = run_cli(
         "record",

@@ -16,7 +16,7 @@ SCHEMA = parse_ddl(COLUMNS)
 
 def spark_schema(ddl: str) -> Any:
     """``ddl`` (cdcflow's DDL, with time precisions Spark 4.2's parser lacks) as a Spark StructType."""
-    from cdcflow.connectors.spark_types import struct_type
+    from cdcflow.connectors.spark.arrow_types import struct_type
 
     return struct_type(parse_ddl(ddl))
 

@@ -30,8 +30,7 @@ from typing import Any, Protocol
 
 import pytest
 from kafka_broker import SHARED_PROPERTIES, KafkaBroker
-
-from cdcflow.connectors.kafka_mock import MockKafkaCluster
+from kafka_mock import MockKafkaCluster
 
 _ADMIN_TIMEOUT_S = 60
 _METADATA_TIMEOUT_S = 30

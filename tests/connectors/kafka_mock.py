@@ -1,7 +1,7 @@
 """librdkafka's mock Kafka cluster, run as a separate process that other processes reach over TCP.
 
 No broker runs on the build machines; the librdkafka bundled in the confluent-kafka wheel contains a
-mock cluster that speaks the Kafka protocol. ``python -m cdcflow.connectors.kafka_mock`` starts one,
+mock cluster that speaks the Kafka protocol. ``python tests/connectors/kafka_mock.py`` starts one,
 prints its bootstrap servers (``127.0.0.1:PORT,...``) on stdout, then answers line commands on stdin
 with ``ok`` or ``error <reason>``, and exits when stdin closes:
 
@@ -132,7 +132,7 @@ class MockKafkaCluster:
             raise KafkaConnectorError("the mock Kafka cluster is already started")
         self._stderr = tempfile.TemporaryFile()
         self._process = subprocess.Popen(  # noqa: S603 - our own module, fixed arguments
-            [sys.executable, "-m", "cdcflow.connectors.kafka_mock", "--brokers", str(brokers)],
+            [sys.executable, __file__, "--brokers", str(brokers)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
@@ -204,7 +204,7 @@ class MockKafkaCluster:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cdcflow.connectors.kafka_mock", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python tests/connectors/kafka_mock.py", description=__doc__)
     parser.add_argument("--brokers", type=int, default=1, help="number of mock brokers (default 1)")
     args = parser.parse_args(argv)
     serve(args.brokers, sys.stdin, sys.stdout)

@@ -41,7 +41,7 @@ def install_faults() -> None:
     faults: dict[str, Any] = json.loads(spec)
     notes = Path(faults["dir"])
 
-    from cdcflow.connectors.kafka_producer import KafkaProducerSink
+    from cdcflow.connectors.kafka.producer import KafkaProducerSink
 
     commit = KafkaProducerSink.commit_transaction
 

@@ -14,8 +14,10 @@ from kafka_fixture import KafkaCluster, unique_topic
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 
-from cdcflow.connectors import kafka_client
-from cdcflow.connectors.kafka_options import KafkaOptions, OffsetRange, TopicPartition
+from cdcflow.connectors.kafka import admin as kafka_admin
+from cdcflow.connectors.kafka import producer as kafka_producer
+from cdcflow.connectors.kafka import reader as kafka_reader
+from cdcflow.connectors.kafka.options import KafkaOptions, OffsetRange, TopicPartition
 from cdcflow.core.model import Change
 from cdcflow.core.rowkind import RowKind
 from cdcflow.formats import Message, parse_ddl, render_change, resolve_format
@@ -57,8 +59,8 @@ def debezium(spark: SparkSession) -> DataFrameReader:
 def topic_records(bootstrap: str, topic: str) -> list[Message]:
     """Every record of partition 0 of ``topic``, with headers."""
     options = KafkaOptions.parse({"kafka.bootstrap.servers": bootstrap, "subscribe": topic})
-    ((low, high),) = kafka_client.offset_bounds(options, [TopicPartition(topic, 0)]).values()
-    return list(kafka_client.read_range(options, OffsetRange(topic, 0, low, high), include_headers=True))
+    ((low, high),) = kafka_admin.offset_bounds(options, [TopicPartition(topic, 0)]).values()
+    return list(kafka_reader.read_range(options, OffsetRange(topic, 0, low, high), include_headers=True))
 
 
 # --- a Kafka topic of Debezium events, with keys, headers, timestamps and a tombstone -------------
@@ -139,7 +141,7 @@ class ProductsTopic:
         self.bootstrap = cluster.bootstrap_servers
         self.name = unique_topic("products")
         cluster.create_topic(self.name, PARTITIONS)
-        kafka_client.produce_messages(self.bootstrap, product_messages(), self.name)
+        kafka_producer.produce_messages(self.bootstrap, product_messages(), self.name)
         self.messages = with_offsets(product_messages(), self.name)
 
     def reader(self, spark: SparkSession, fmt: str = "cdc-debezium") -> DataFrameReader:

@@ -36,7 +36,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from cdcflow.connectors.session import cdcflow_spark_config, installed_pyspark_workers
+    from cdcflow.connectors.spark.session import cdcflow_spark_config, installed_pyspark_workers
 
     builder = SparkSession.builder.master("local[2]").appName("cdcflow-tests")
     for key, value in {**cdcflow_spark_config(), **spark_stack_config()}.items():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 
-from cdcflow.connectors.spark_types import changes_from_arrow
+from cdcflow.connectors.spark.arrow_types import changes_from_arrow
 from cdcflow.core.model import Change
 from cdcflow.formats import Schema, render_change
 

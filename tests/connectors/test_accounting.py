@@ -10,8 +10,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from cdcflow.connectors import accounting
-from cdcflow.connectors.accounting import CountsSince, MessageCounts, read_counts, roll_up, write_counts
+from cdcflow.connectors.spark import accounting
+from cdcflow.connectors.spark.accounting import CountsSince, MessageCounts, read_counts, roll_up, write_counts
 from cdcflow.formats import FormatMetrics
 
 SECOND = 1_000_000_000

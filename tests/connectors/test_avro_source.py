@@ -12,7 +12,7 @@ from cdc_events import COLUMNS, SCHEMA, changelog, spark_schema
 from pyspark.sql import SparkSession
 from spark_rows import collect_changes
 
-from cdcflow.connectors.spark_types import struct_type
+from cdcflow.connectors.spark.arrow_types import struct_type
 from cdcflow.core.model import Change
 from cdcflow.formats import resolve_format
 

@@ -20,9 +20,9 @@ from pyspark.errors import PythonException, SparkRuntimeException, StreamingQuer
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as st
 
-from cdcflow.connectors.changelog_frames import from_changelog, to_changelog
 from cdcflow.connectors.errors import SparkSetupError
-from cdcflow.connectors.session import PROVIDER_KEY
+from cdcflow.connectors.spark.changelog.frames import from_changelog, to_changelog
+from cdcflow.connectors.spark.session import PROVIDER_KEY
 from cdcflow.core import (
     Change,
     ChangelogDataError,

@@ -24,8 +24,8 @@ import pytest
 from changelog_streams import JsonStream, per_key, rows_of
 from pyspark.sql import DataFrame, SparkSession
 
-from cdcflow.connectors.changelog_frames import from_changelog, to_changelog
 from cdcflow.connectors.errors import ConnectorOptionError
+from cdcflow.connectors.spark.changelog.frames import from_changelog, to_changelog
 from cdcflow.core import (
     Change,
     ChangelogMetrics,

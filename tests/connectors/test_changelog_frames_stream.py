@@ -16,8 +16,8 @@ import pytest
 from changelog_streams import JsonStream, per_key
 from pyspark.sql import DataFrame, SparkSession
 
-from cdcflow.connectors.changelog_frames import from_changelog, to_changelog
-from cdcflow.connectors.session import SHUFFLE_PARTITIONS_KEY
+from cdcflow.connectors.spark.changelog.frames import from_changelog, to_changelog
+from cdcflow.connectors.spark.session import SHUFFLE_PARTITIONS_KEY
 from cdcflow.core import Change, FromChangelog, RowKind, ToChangelog
 from cdcflow.core.params import plan_from_changelog, plan_to_changelog
 

@@ -22,7 +22,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as st
 
 from cdcflow import Change, InvalidOperationError, NullKeyError, RowKind, from_changelog, to_changelog
-from cdcflow.connectors.changelog_sql import register_functions
+from cdcflow.connectors.spark.changelog.sql import register_functions
 
 Row = dict[str, Any]
 Engine = Callable[[list[Row]], list[Row]]

@@ -27,10 +27,10 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from cdcflow.connectors.columnar import ColumnarBatch, ColumnarDecoder
-from cdcflow.connectors.spark_types import ChangeBatchBuilder, arrow_schema, struct_type
+from cdcflow.connectors.spark.arrow_types import ChangeBatchBuilder, arrow_schema, struct_type
 from cdcflow.formats import DecodeError, DecodeOutput, Decoder, Message, Schema, parse_ddl, resolve_format
 from cdcflow.formats.base import Headers
+from cdcflow.formats.debezium.arrow import ColumnarBatch, ColumnarDecoder
 
 FORMATS_TESTS = Path(__file__).parents[1] / "formats"
 RECORDED = FORMATS_TESTS / "recorded" / "postgres" / "no-schemas.jsonl"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cdcflow.connectors.source_options import options_markdown
+from cdcflow.connectors.spark.options import options_markdown
 
 DOCS = (Path(__file__).parent.parent.parent / "docs" / "connectors.md").read_text(encoding="utf-8")
 

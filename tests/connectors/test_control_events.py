@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from cdcflow.connectors.job import stream_changelog
-from cdcflow.connectors.replay import write_dump
+from cdcflow.connectors.replay.dumps import write_dump
+from cdcflow.connectors.spark.jobs import stream_changelog
 from cdcflow.formats import Message
 
 pytestmark = pytest.mark.integration

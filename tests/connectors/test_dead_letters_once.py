@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from cdcflow.connectors.accounting import read_counts
-from cdcflow.connectors.dead_letters import read_dead_letters
-from cdcflow.connectors.replay import write_dump
+from cdcflow.connectors.replay.dumps import write_dump
+from cdcflow.connectors.spark.accounting import read_counts
+from cdcflow.connectors.spark.dead_letters import read_dead_letters
 from cdcflow.formats.base import Message
 
 if TYPE_CHECKING:
@@ -121,8 +121,8 @@ import json, os, sys
 from pyspark import TaskContext
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import DataSourceReader
-from cdcflow.connectors.session import cdcflow_spark_config
-from cdcflow.connectors.sources import DebeziumSource
+from cdcflow.connectors.spark.session import cdcflow_spark_config
+from cdcflow.connectors.spark.sources import DebeziumSource
 
 dump, dead, counts, markers, output = sys.argv[1:6]
 
@@ -307,14 +307,14 @@ def test_a_dead_letter_topic_gets_nothing_from_a_failed_attempt(tmp_path: Path, 
     from kafka_fixture import unique_topic
     from source_cases import topic_records
 
-    from cdcflow.connectors import kafka_client
-    from cdcflow.connectors.dead_letters import DeadLetterWriter
-    from cdcflow.connectors.read_plan import DeadLetterTarget
+    from cdcflow.connectors.kafka import options as kafka_options
+    from cdcflow.connectors.spark.dead_letters import DeadLetterWriter
+    from cdcflow.connectors.spark.read_plan import DeadLetterTarget
     from cdcflow.formats.base import DeadLetter
 
     topic = unique_topic("dl-once")
     kafka_cluster.create_topic(topic, 1)
-    kafka = kafka_client.KafkaOptions.parse(
+    kafka = kafka_options.KafkaOptions.parse(
         {"kafka.bootstrap.servers": kafka_cluster.bootstrap_servers, "subscribe": topic}
     )
     messages = [m for m in mixed()[0] if m.value in BAD]

@@ -8,12 +8,12 @@ from typing import Any
 import orjson
 import pytest
 
-from cdcflow.connectors.decode_batches import BLOCK_SIZE, BatchDecoder
-from cdcflow.connectors.read_plan import plan_read
+from cdcflow.connectors.spark.decode import BLOCK_SIZE, BatchDecoder
+from cdcflow.connectors.spark.read_plan import plan_read
 from cdcflow.core.model import Change
 from cdcflow.core.rowkind import RowKind
 from cdcflow.formats import DecodeOutput, Message, parse_ddl, render_change, resolve_format
-from cdcflow.formats.debezium import PLACEHOLDER
+from cdcflow.formats.debezium.envelope import PLACEHOLDER
 
 COLUMNS = "id INT NOT NULL, name STRING"
 SCHEMA = parse_ddl(COLUMNS)
@@ -104,7 +104,7 @@ def test_file_chunks_give_the_per_line_changelog_with_line_numbers(tmp_path: Any
         if line and number != 32
     ]
     assert got == want
-    from cdcflow.connectors.dead_letters import read_dead_letters
+    from cdcflow.connectors.spark.dead_letters import read_dead_letters
 
     (letter,) = read_dead_letters(str(dead))
     assert (letter["line"], letter["field"]) == (32, "after.id")

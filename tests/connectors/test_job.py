@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from cdcflow.connectors.job import stream_changelog
-from cdcflow.connectors.replay import read_messages
+from cdcflow.connectors.replay.dumps import read_messages
+from cdcflow.connectors.spark.jobs import stream_changelog
 from cdcflow.formats import render_change, resolve_format
 
 pytestmark = pytest.mark.integration

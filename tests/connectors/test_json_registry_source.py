@@ -12,8 +12,8 @@ from registry_server import RegistryHandler, serving
 from spark_rows import rendered
 from test_debezium_json_registry import BROKEN, SMALL_SCHEMA, framed, recorded
 
-from cdcflow.connectors.dead_letters import read_dead_letters
-from cdcflow.connectors.replay import write_dump
+from cdcflow.connectors.replay.dumps import write_dump
+from cdcflow.connectors.spark.dead_letters import read_dead_letters
 from cdcflow.formats import Message, parse_ddl
 
 pytestmark = pytest.mark.integration

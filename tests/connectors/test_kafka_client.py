@@ -10,9 +10,13 @@ from dataclasses import replace
 import pytest
 from kafka_fixture import KafkaCluster, unique_topic
 
-from cdcflow.connectors import kafka_client as kc
 from cdcflow.connectors.errors import ConnectorOptionError, DataLossError, KafkaConnectorError
-from cdcflow.connectors.kafka_client import KafkaOptions, OffsetRange, TopicPartition
+from cdcflow.connectors.kafka import admin as kafka_admin
+from cdcflow.connectors.kafka import offsets as kafka_offsets
+from cdcflow.connectors.kafka import options as kafka_options
+from cdcflow.connectors.kafka import producer as kafka_producer
+from cdcflow.connectors.kafka import reader as kafka_reader
+from cdcflow.connectors.kafka.options import KafkaOptions, OffsetRange, TopicPartition
 from cdcflow.formats import Message
 
 BOOTSTRAP = {"kafka.bootstrap.servers": "broker:9092"}
@@ -143,7 +147,7 @@ def test_secrets_stay_out_of_repr_and_errors() -> None:
         assert secret not in shown and password not in shown
         assert "sasl.oauthbearer.config=***, sasl.password=***" in shown
     with pytest.raises(KafkaConnectorError) as error:
-        list(kc.read_range(options, OffsetRange("a", 0, 0, 5)))
+        list(kafka_reader.read_range(options, OffsetRange("a", 0, 0, 5)))
     assert "Unrecognized sasl.oauthbearer.config beginning at: ***" in str(error.value)
     assert secret not in str(error.value)
 
@@ -160,19 +164,21 @@ def test_secrets_stay_out_of_client_setting_errors_and_librdkafka_logs(
         kafka_sasl_mechanisms=secret,
     )
     with pytest.raises(ConnectorOptionError) as error:
-        kc.offset_bounds(swapped, [])  # building the client checks the settings
+        kafka_admin.offset_bounds(swapped, [])  # building the client checks the settings
     assert "Unsupported SASL mechanism: ***" in str(error.value)
     assert secret not in str(error.value)
     logged = parse(subscribe="a", kafka_sasl_password=secret, kafka_sasl_mechanisms=secret)
     with caplog.at_level(logging.WARNING, logger="cdcflow.connectors.kafka"):
-        kc.offset_bounds(logged, [])
+        kafka_admin.offset_bounds(logged, [])
     assert "`sasl.mechanism` set to `***`" in caplog.text
     assert secret not in caplog.text
 
 
 def test_an_unknown_client_setting_is_refused_with_librdkafkas_reason() -> None:
     with pytest.raises(ConnectorOptionError) as error:
-        kc.offset_bounds(parse(subscribe="a", kafka_no_such_setting="x"), [])  # building the client checks
+        kafka_admin.offset_bounds(
+            parse(subscribe="a", kafka_no_such_setting="x"), []
+        )  # building the client checks
     assert 'No such configuration property: "no.such.setting"' in str(error.value)
 
 
@@ -207,30 +213,30 @@ def test_offsets_defaults_and_checks_per_query_kind(
 
 def test_offsets_json_round_trip_is_spark_shaped() -> None:
     offsets = {A1: 7, B0: 3, A0: 12}
-    assert kc.offsets_to_json(offsets) == {"a": {"0": 12, "1": 7}, "b": {"0": 3}}
-    assert kc.offsets_from_json(kc.offsets_to_json(offsets)) == offsets
+    assert kafka_options.offsets_to_json(offsets) == {"a": {"0": 12, "1": 7}, "b": {"0": 3}}
+    assert kafka_options.offsets_from_json(kafka_options.offsets_to_json(offsets)) == offsets
 
 
 BOUNDS = {A0: (2, 10), A1: (0, 5)}
 
 
 def test_resolve_offsets_earliest_latest_and_specific() -> None:
-    earliest, latest = kc.OffsetSpec("earliest"), kc.OffsetSpec("latest")
-    assert kc.resolve_offsets(earliest, BOUNDS, which="starting") == {A0: 2, A1: 0}
-    assert kc.resolve_offsets(latest, BOUNDS, which="ending") == {A0: 10, A1: 5}
+    earliest, latest = kafka_options.OffsetSpec("earliest"), kafka_options.OffsetSpec("latest")
+    assert kafka_offsets.resolve_offsets(earliest, BOUNDS, which="starting") == {A0: 2, A1: 0}
+    assert kafka_offsets.resolve_offsets(latest, BOUNDS, which="ending") == {A0: 10, A1: 5}
     specific = parse(subscribe="a", startingOffsets='{"a": {"0": -2, "1": 3}}').starting_offsets
     assert specific is not None
-    assert kc.resolve_offsets(specific, BOUNDS, which="starting") == {A0: 2, A1: 3}
+    assert kafka_offsets.resolve_offsets(specific, BOUNDS, which="starting") == {A0: 2, A1: 3}
     ending = parse(subscribe="a", endingOffsets='{"a": {"0": -1, "1": 4}}').ending_offsets
     assert ending is not None
-    assert kc.resolve_offsets(ending, BOUNDS, which="ending") == {A0: 10, A1: 4}
+    assert kafka_offsets.resolve_offsets(ending, BOUNDS, which="ending") == {A0: 10, A1: 4}
 
 
 def test_specific_offsets_must_name_every_partition_read() -> None:
     spec = parse(subscribe="a", startingOffsets='{"a": {"0": 1}, "b": {"0": 1}}').starting_offsets
     assert spec is not None
     with pytest.raises(ConnectorOptionError) as error:
-        kc.resolve_offsets(spec, BOUNDS, which="starting")
+        kafka_offsets.resolve_offsets(spec, BOUNDS, which="starting")
     assert str(error.value) == (
         "option 'startingOffsets' must give an offset for every partition read (-2 earliest, -1 latest); "
         "missing: a-1; not read: b-0"
@@ -238,18 +244,20 @@ def test_specific_offsets_must_name_every_partition_read() -> None:
 
 
 def test_batch_ranges_reject_a_start_after_the_end() -> None:
-    assert kc.batch_ranges({A0: 2, A1: 5}, {A0: 10, A1: 5}) == [
+    assert kafka_offsets.batch_ranges({A0: 2, A1: 5}, {A0: 10, A1: 5}) == [
         OffsetRange("a", 0, 2, 10),
         OffsetRange("a", 1, 5, 5),
     ]
     with pytest.raises(
         KafkaConnectorError, match="topic 'a' partition 0: starting offset 11 is after the ending"
     ):
-        kc.batch_ranges({A0: 11}, {A0: 10})
+        kafka_offsets.batch_ranges({A0: 11}, {A0: 10})
 
 
 def test_stream_ranges_new_partitions_start_at_their_low_watermark() -> None:
-    ranges = kc.stream_ranges({A0: 3}, {A0: 9, A1: 4}, new_partition_start={A1: 0}, fail_on_data_loss=True)
+    ranges = kafka_offsets.stream_ranges(
+        {A0: 3}, {A0: 9, A1: 4}, new_partition_start={A1: 0}, fail_on_data_loss=True
+    )
     assert ranges == [OffsetRange("a", 0, 3, 9), OffsetRange("a", 1, 0, 4)]
 
 
@@ -265,14 +273,18 @@ STREAM_LOSSES = [
     ("start", "end", "new", "problem"), STREAM_LOSSES, ids=[p for *_, p in STREAM_LOSSES]
 )
 def test_stream_ranges_report_data_loss_as_spark_does(
-    start: kc.Offsets, end: kc.Offsets, new: kc.Offsets, problem: str, caplog: pytest.LogCaptureFixture
+    start: kafka_options.Offsets,
+    end: kafka_options.Offsets,
+    new: kafka_options.Offsets,
+    problem: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     with pytest.raises(DataLossError) as error:
-        kc.stream_ranges(start, end, new_partition_start=new, fail_on_data_loss=True)
+        kafka_offsets.stream_ranges(start, end, new_partition_start=new, fail_on_data_loss=True)
     assert str(error.value).startswith(problem + ". Some data may have been lost")
     assert "set the source option failOnDataLoss=false" in str(error.value)
     with caplog.at_level(logging.WARNING):
-        kc.stream_ranges(start, end, new_partition_start=new, fail_on_data_loss=False)
+        kafka_offsets.stream_ranges(start, end, new_partition_start=new, fail_on_data_loss=False)
     assert problem in caplog.text
 
 
@@ -280,20 +292,22 @@ def test_rate_limit_shares_the_limit_in_proportion_and_never_starves() -> None:
     start = {A0: 0, A1: 100, B0: 0}
     latest = {A0: 1000, A1: 101, B0: 0}
     # a-0 holds 1000 of 1001 records: 99 of 100; a-1's share (0.0999) rounds up to one record.
-    assert kc.rate_limit(100, start, latest) == {A0: 99, A1: 101, B0: 0}
-    assert kc.limit_offsets({"a": {"0": 0}}, {"a": {"0": 50, "1": 50}}, 10, new_partition_start={A1: 0}) == {
-        "a": {"0": 5, "1": 5}
-    }
+    assert kafka_offsets.rate_limit(100, start, latest) == {A0: 99, A1: 101, B0: 0}
+    assert kafka_offsets.limit_offsets(
+        {"a": {"0": 0}}, {"a": {"0": 50, "1": 50}}, 10, new_partition_start={A1: 0}
+    ) == {"a": {"0": 5, "1": 5}}
 
 
 def test_rate_limit_starts_new_partitions_at_their_earliest_offset() -> None:
     # a-1 is new and holds offsets [40, 50): 10 records against a-0's 50, so 1 of the 10 records a
     # trigger reads (from 40 on, as Spark's rateLimit does), not half of them from a phantom offset 0.
     start, latest = {"a": {"0": 0}}, {"a": {"0": 50, "1": 50}}
-    assert kc.limit_offsets(start, latest, 10, new_partition_start={A1: 40}) == {"a": {"0": 8, "1": 41}}
+    assert kafka_offsets.limit_offsets(start, latest, 10, new_partition_start={A1: 40}) == {
+        "a": {"0": 8, "1": 41}
+    }
     # A new partition whose earliest offset is unknown (deleted meanwhile) is left at its latest
     # offset, for the planning of the batch to report (Spark: "let alert logic in getBatch handle it").
-    assert kc.limit_offsets(start, latest, 10, new_partition_start={}) == {"a": {"0": 10, "1": 50}}
+    assert kafka_offsets.limit_offsets(start, latest, 10, new_partition_start={}) == {"a": {"0": 10, "1": 50}}
 
 
 SPLITS = [
@@ -319,7 +333,7 @@ def test_split_ranges_like_spark(
     min_partitions: int | None,
     expected: list[tuple[int, int]] | None,
 ) -> None:
-    pieces = kc.split_ranges(ranges, max_records, min_partitions=min_partitions)
+    pieces = kafka_offsets.split_ranges(ranges, max_records, min_partitions=min_partitions)
     assert [(p.start, p.end) for p in pieces] == (
         [(r.start, r.end) for r in ranges] if expected is None else expected
     )
@@ -347,7 +361,7 @@ def filled_topic(kafka_cluster: KafkaCluster) -> tuple[str, list[Message]]:
     topic = unique_topic("client")
     kafka_cluster.create_topic(topic, 3)
     messages = keyed_messages(30, 3)
-    assert kc.produce_messages(kafka_cluster.bootstrap_servers, messages, topic) == 30
+    assert kafka_producer.produce_messages(kafka_cluster.bootstrap_servers, messages, topic) == 30
     return topic, messages
 
 
@@ -373,17 +387,21 @@ def test_discover_bounds_and_batch_offsets(
 ) -> None:
     topic, _ = filled_topic
     options = options_for(kafka_cluster, subscribe=topic)
-    partitions = kc.discover_partitions(options)
+    partitions = kafka_admin.discover_partitions(options)
     assert partitions == [TopicPartition(topic, p) for p in range(3)]
-    assert kc.offset_bounds(options, partitions) == dict.fromkeys(partitions, (0, 10))
-    assert kc.batch_offsets(options, "starting") == dict.fromkeys(partitions, 0)
-    assert kc.batch_offsets(options, "ending") == dict.fromkeys(partitions, 10)
-    assert kc.latest_offsets(options) == dict.fromkeys(partitions, 10)
-    assert kc.stream_starting_offsets(options) == dict.fromkeys(partitions, 10)
+    assert kafka_admin.offset_bounds(options, partitions) == dict.fromkeys(partitions, (0, 10))
+    assert kafka_admin.batch_offsets(options, "starting") == dict.fromkeys(partitions, 0)
+    assert kafka_admin.batch_offsets(options, "ending") == dict.fromkeys(partitions, 10)
+    assert kafka_admin.latest_offsets(options) == dict.fromkeys(partitions, 10)
+    assert kafka_admin.stream_starting_offsets(options) == dict.fromkeys(partitions, 10)
     json_start = options_for(
         kafka_cluster, subscribe=topic, startingOffsets=f'{{"{topic}": {{"0": 4, "1": -2, "2": -1}}}}'
     )
-    assert kc.stream_starting_offsets(json_start) == {partitions[0]: 4, partitions[1]: 0, partitions[2]: 10}
+    assert kafka_admin.stream_starting_offsets(json_start) == {
+        partitions[0]: 4,
+        partitions[1]: 0,
+        partitions[2]: 10,
+    }
 
 
 @pytest.mark.integration
@@ -393,11 +411,11 @@ def test_read_range_gives_every_record_exactly_in_offset_order(
     topic, messages = filled_topic
     options = options_for(kafka_cluster, subscribe=topic, includeHeaders="true")
     for partition in range(3):
-        got = list(kc.read_range(options, OffsetRange(topic, partition, 0, 10)))
+        got = list(kafka_reader.read_range(options, OffsetRange(topic, partition, 0, 10)))
         assert got == in_partition(messages, topic, partition)
-    middle = list(kc.read_range(options, OffsetRange(topic, 1, 3, 7)))
+    middle = list(kafka_reader.read_range(options, OffsetRange(topic, 1, 3, 7)))
     assert middle == in_partition(messages, topic, 1)[3:7]
-    assert list(kc.read_range(options, OffsetRange(topic, 1, 7, 7))) == []
+    assert list(kafka_reader.read_range(options, OffsetRange(topic, 1, 7, 7))) == []
 
 
 @pytest.mark.integration
@@ -405,7 +423,9 @@ def test_headers_only_with_include_headers(
     kafka_cluster: KafkaCluster, filled_topic: tuple[str, list[Message]]
 ) -> None:
     topic, messages = filled_topic
-    got = list(kc.read_range(options_for(kafka_cluster, subscribe=topic), OffsetRange(topic, 0, 0, 2)))
+    got = list(
+        kafka_reader.read_range(options_for(kafka_cluster, subscribe=topic), OffsetRange(topic, 0, 0, 2))
+    )
     assert [m.headers for m in got] == [(), ()]
     assert [m.value for m in got] == [m.value for m in in_partition(messages, topic, 0)[:2]]
 
@@ -416,10 +436,12 @@ def test_split_pieces_read_back_to_the_whole_partition(
 ) -> None:
     topic, messages = filled_topic
     options = options_for(kafka_cluster, subscribe=topic, includeHeaders="true")
-    ranges = kc.batch_ranges(kc.batch_offsets(options, "starting"), kc.batch_offsets(options, "ending"))
-    pieces = kc.split_ranges(ranges, 3)
+    ranges = kafka_offsets.batch_ranges(
+        kafka_admin.batch_offsets(options, "starting"), kafka_admin.batch_offsets(options, "ending")
+    )
+    pieces = kafka_offsets.split_ranges(ranges, 3)
     assert len(pieces) == 12
-    got = [m for piece in pieces for m in kc.read_range(options, piece)]
+    got = [m for piece in pieces for m in kafka_reader.read_range(options, piece)]
     assert got == [m for p in range(3) for m in in_partition(messages, topic, p)]
 
 
@@ -430,14 +452,14 @@ def test_pattern_and_assign_subscriptions(kafka_cluster: KafkaCluster) -> None:
         kafka_cluster.create_topic(f"{prefix}.{suffix}", partitions)
     kafka_cluster.create_topic(f"{prefix}.x.not", 1)
     options = options_for(kafka_cluster, subscribePattern=f"{prefix}\\.[xy]")
-    assert kc.discover_partitions(options) == [
+    assert kafka_admin.discover_partitions(options) == [
         TopicPartition(f"{prefix}.x", 0),
         TopicPartition(f"{prefix}.x", 1),
         TopicPartition(f"{prefix}.y", 0),
     ]
     assigned = options_for(kafka_cluster, assign=f'{{"{prefix}.x": [1]}}')
-    assert kc.discover_partitions(assigned) == [TopicPartition(f"{prefix}.x", 1)]
-    assert kc.offset_bounds(assigned, kc.discover_partitions(assigned)) == {
+    assert kafka_admin.discover_partitions(assigned) == [TopicPartition(f"{prefix}.x", 1)]
+    assert kafka_admin.offset_bounds(assigned, kafka_admin.discover_partitions(assigned)) == {
         TopicPartition(f"{prefix}.x", 1): (0, 0)
     }
 
@@ -446,11 +468,11 @@ def test_pattern_and_assign_subscriptions(kafka_cluster: KafkaCluster) -> None:
 def test_missing_topics_and_partitions_are_named(kafka_cluster: KafkaCluster) -> None:
     missing = unique_topic("missing")
     with pytest.raises(KafkaConnectorError, match=f"topic\\(s\\) {missing} do not exist on"):
-        kc.discover_partitions(options_for(kafka_cluster, subscribe=missing))
+        kafka_admin.discover_partitions(options_for(kafka_cluster, subscribe=missing))
     with pytest.raises(
         KafkaConnectorError, match=f"could not get the offsets of topic '{missing}' partition 0"
     ):
-        kc.offset_bounds(
+        kafka_admin.offset_bounds(
             options_for(kafka_cluster, assign=f'{{"{missing}": [0]}}'), [TopicPartition(missing, 0)]
         )
 
@@ -460,7 +482,7 @@ def test_sample_messages_reads_from_the_start(
     kafka_cluster: KafkaCluster, filled_topic: tuple[str, list[Message]]
 ) -> None:
     topic, messages = filled_topic
-    sample = list(kc.sample_messages(options_for(kafka_cluster, subscribe=topic), 12))
+    sample = list(kafka_admin.sample_messages(options_for(kafka_cluster, subscribe=topic), 12))
     assert [(m.partition, m.offset) for m in sample] == [(0, o) for o in range(10)] + [(1, 0), (1, 1)]
 
 
@@ -471,22 +493,24 @@ def test_records_deleted_below_the_range_are_data_loss(
     topic = unique_topic("retention")
     kafka_cluster.create_topic(topic, 1)
     messages = [Message(f"v{i}".encode(), partition=0) for i in range(10)]
-    kc.produce_messages(kafka_cluster.bootstrap_servers, messages, topic)
+    kafka_producer.produce_messages(kafka_cluster.bootstrap_servers, messages, topic)
     kafka_cluster.delete_records(topic, 0, 4)
     options = options_for(kafka_cluster, subscribe=topic)
-    assert kc.offset_bounds(options, [TopicPartition(topic, 0)]) == {TopicPartition(topic, 0): (4, 10)}
+    assert kafka_admin.offset_bounds(options, [TopicPartition(topic, 0)]) == {
+        TopicPartition(topic, 0): (4, 10)
+    }
     with pytest.raises(DataLossError) as error:
-        list(kc.read_range(options, OffsetRange(topic, 0, 1, 10)))
+        list(kafka_reader.read_range(options, OffsetRange(topic, 0, 1, 10)))
     assert str(error.value).startswith(
         f"topic '{topic}' partition 0: cannot read offsets [1, 4), below the earliest available offset. "
     )
     assert "set the source option failOnDataLoss=false" in str(error.value)
     lenient = options_for(kafka_cluster, subscribe=topic, failOnDataLoss="false")
     with caplog.at_level(logging.WARNING):
-        got = list(kc.read_range(lenient, OffsetRange(topic, 0, 1, 10)))
+        got = list(kafka_reader.read_range(lenient, OffsetRange(topic, 0, 1, 10)))
     assert [m.offset for m in got] == list(range(4, 10))
     assert f"topic '{topic}' partition 0: cannot read offsets [1, 4)" in caplog.text
-    assert list(kc.read_range(lenient, OffsetRange(topic, 0, 0, 3))) == []
+    assert list(kafka_reader.read_range(lenient, OffsetRange(topic, 0, 0, 3))) == []
 
 
 @pytest.mark.integration
@@ -498,10 +522,10 @@ def test_a_range_past_the_end_of_the_partition_is_data_loss(
     with pytest.raises(
         DataLossError, match=f"topic '{topic}' partition 2: cannot read offsets \\[10, 15\\), beyond"
     ):
-        list(kc.read_range(options, OffsetRange(topic, 2, 8, 15)))
+        list(kafka_reader.read_range(options, OffsetRange(topic, 2, 8, 15)))
     lenient = options_for(kafka_cluster, subscribe=topic, failOnDataLoss="false")
-    assert [m.offset for m in kc.read_range(lenient, OffsetRange(topic, 2, 8, 15))] == [8, 9]
-    assert list(kc.read_range(lenient, OffsetRange(topic, 2, 12, 15))) == []
+    assert [m.offset for m in kafka_reader.read_range(lenient, OffsetRange(topic, 2, 8, 15))] == [8, 9]
+    assert list(kafka_reader.read_range(lenient, OffsetRange(topic, 2, 12, 15))) == []
 
 
 def test_unreachable_brokers_fail_naming_the_bootstrap_servers() -> None:
@@ -509,12 +533,12 @@ def test_unreachable_brokers_fail_naming_the_bootstrap_servers() -> None:
         {"kafka.bootstrap.servers": "127.0.0.1:1", "subscribe": "a", "kafkaconsumer.polltimeoutms": "1000"}
     )
     with pytest.raises(KafkaConnectorError) as listing:
-        kc.discover_partitions(options)
+        kafka_admin.discover_partitions(options)
     assert str(listing.value).startswith(
         "could not list the topics of Kafka at bootstrap servers 127.0.0.1:1"
     )
     with pytest.raises(KafkaConnectorError) as reading:
-        list(kc.read_range(options, OffsetRange("a", 0, 0, 5)))
+        list(kafka_reader.read_range(options, OffsetRange("a", 0, 0, 5)))
     assert str(reading.value).startswith(
         "topic 'a' partition 0 at offset 0 (reading [0, 5) from 127.0.0.1:1): no records within 1s; "
         "last error:"
@@ -526,19 +550,21 @@ def test_unreachable_brokers_fail_naming_the_bootstrap_servers() -> None:
 def test_producer_sink_writes_keys_values_headers_and_partitions(kafka_cluster: KafkaCluster) -> None:
     topic = unique_topic("sink")
     kafka_cluster.create_topic(topic, 2)
-    config = kc.producer_config({"kafka.bootstrap.servers": kafka_cluster.bootstrap_servers, "topic": topic})
-    with kc.KafkaProducerSink(config, topic) as sink:
+    config = kafka_admin.producer_config(
+        {"kafka.bootstrap.servers": kafka_cluster.bootstrap_servers, "topic": topic}
+    )
+    with kafka_producer.KafkaProducerSink(config, topic) as sink:
         sink.produce(b"k1", b"v1", [("h", b"1")], partition=1)
         sink.produce(b"k2", None, partition=1)
         assert sink.flush() == 2
     options = options_for(kafka_cluster, subscribe=topic, includeHeaders="true")
-    got = list(kc.read_range(options, OffsetRange(topic, 1, 0, 2)))
+    got = list(kafka_reader.read_range(options, OffsetRange(topic, 1, 0, 2)))
     assert [(m.key, m.value, m.headers) for m in got] == [(b"k1", b"v1", (("h", b"1"),)), (b"k2", None, ())]
 
 
 def test_producer_sink_flush_reports_failed_deliveries() -> None:
-    config = kc.ClientConfig.of("127.0.0.1:1", message_timeout_ms="500")
-    sink = kc.KafkaProducerSink(config, "events")
+    config = kafka_options.ClientConfig.of("127.0.0.1:1", message_timeout_ms="500")
+    sink = kafka_producer.KafkaProducerSink(config, "events")
     sink.produce(b"k", b"v")
     with pytest.raises(KafkaConnectorError) as error:
         sink.flush()
@@ -564,13 +590,15 @@ def test_new_partitions_under_a_rate_limit_start_at_their_earliest_offset(
     """A topic the pattern matches appears mid-stream with records already deleted below offset 25:
     micro-batches under maxOffsetsPerTrigger read it from 25 (reporting the added partition's start,
     as Spark does), never from 0, and keep the old partitions moving."""
-    from cdcflow.connectors.read_plan import plan_read
-    from cdcflow.connectors.readers import CdcStreamReader
+    from cdcflow.connectors.spark.read_plan import plan_read
+    from cdcflow.connectors.spark.readers import CdcStreamReader
 
     prefix = unique_topic("grow")
     old, new = f"{prefix}-a", f"{prefix}-b"
     kafka_cluster.create_topic(old, 2)
-    kc.produce_messages(kafka_cluster.bootstrap_servers, envelopes(old, 0, 30) + envelopes(old, 1, 30), old)
+    kafka_producer.produce_messages(
+        kafka_cluster.bootstrap_servers, envelopes(old, 0, 30) + envelopes(old, 1, 30), old
+    )
     limit = 10
     plan = plan_read(
         "debezium-json",
@@ -590,7 +618,7 @@ def test_new_partitions_under_a_rate_limit_start_at_their_earliest_offset(
     read: list[tuple[str, int, int]] = []
     batches: list[list[tuple[str, int, int]]] = []
 
-    def micro_batch(start: kc.JsonOffsets) -> kc.JsonOffsets:
+    def micro_batch(start: kafka_options.JsonOffsets) -> kafka_options.JsonOffsets:
         end = reader.latestOffset(start, reader.getDefaultReadLimit())
         rows = [r for p in reader.partitions(start, end) for b in reader.read(p) for r in b.to_pylist()]
         batches.append([(r["topic"], r["partition"], r["offset"]) for r in rows])
@@ -599,7 +627,9 @@ def test_new_partitions_under_a_rate_limit_start_at_their_earliest_offset(
 
     start = micro_batch(reader.initialOffset())
     kafka_cluster.create_topic(new, 2)
-    kc.produce_messages(kafka_cluster.bootstrap_servers, envelopes(new, 0, 40) + envelopes(new, 1, 5), new)
+    kafka_producer.produce_messages(
+        kafka_cluster.bootstrap_servers, envelopes(new, 0, 40) + envelopes(new, 1, 5), new
+    )
     kafka_cluster.delete_records(new, 0, 25)
     with caplog.at_level(logging.WARNING):
         for _ in range(30):

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 from kafka_fixture import KafkaCluster, unique_topic
+from kafka_mock import MockKafkaCluster
 from pyspark.sql import SparkSession
 
-from cdcflow.connectors import kafka_client
-from cdcflow.connectors.kafka_mock import MockKafkaCluster
-from cdcflow.connectors.kafka_options import KafkaOptions, OffsetRange, TopicPartition
+from cdcflow.connectors.kafka import admin as kafka_admin
+from cdcflow.connectors.kafka import reader as kafka_reader
+from cdcflow.connectors.kafka.options import KafkaOptions, OffsetRange, TopicPartition
 
 pytestmark = pytest.mark.integration
 
@@ -85,7 +86,7 @@ def options(bootstrap: str, topic: str, **extra: str) -> KafkaOptions:
 def ids_read(opts: KafkaOptions, start: int, end: int, topic: str) -> list[int]:
     return [
         json.loads(m.value or b"")["after"]["id"]
-        for m in kafka_client.read_range(opts, OffsetRange(topic, 0, start, end))
+        for m in kafka_reader.read_range(opts, OffsetRange(topic, 0, start, end))
     ]
 
 
@@ -96,11 +97,11 @@ def test_ranges_end_at_the_last_stable_offset_and_skip_aborted_records(
     committed_reader = options(bootstrap, topic)
     uncommitted_reader = options(bootstrap, topic, **{"kafka.isolation.level": "read_uncommitted"})
     tp = TopicPartition(topic, 0)
-    _, stable = kafka_client.offset_bounds(committed_reader, [tp])[tp]
-    _, high = kafka_client.offset_bounds(uncommitted_reader, [tp])[tp]
+    _, stable = kafka_admin.offset_bounds(committed_reader, [tp])[tp]
+    _, high = kafka_admin.offset_bounds(uncommitted_reader, [tp])[tp]
     # 18 records and 7 markers before the open transaction's 2 records
     assert (stable, high) == (25, 27)
-    assert kafka_client.latest_offsets(committed_reader) == {tp: 25}
+    assert kafka_admin.latest_offsets(committed_reader) == {tp: 25}
 
     assert ids_read(committed_reader, 0, stable, topic) == transactions.committed
     # Every split of [0, stable) into two ranges reads each committed record once, without hanging.
@@ -116,7 +117,7 @@ def test_ranges_end_at_the_last_stable_offset_and_skip_aborted_records(
 
     transactions.close_open_transaction()
     transactions.pending = []
-    _, stable_after = kafka_client.offset_bounds(committed_reader, [tp])[tp]
+    _, stable_after = kafka_admin.offset_bounds(committed_reader, [tp])[tp]
     assert stable_after == 28  # the open transaction's abort marker
     assert ids_read(committed_reader, stable, stable_after, topic) == []
 

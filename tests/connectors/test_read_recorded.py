@@ -12,7 +12,7 @@ from pyspark.sql import DataFrameReader, SparkSession
 from spark_rows import rendered
 from test_golden_flink import KNOWN_DIFFERENCES, expected_ours
 
-from cdcflow.connectors.dead_letters import read_dead_letters
+from cdcflow.connectors.spark.dead_letters import read_dead_letters
 
 pytestmark = pytest.mark.integration
 

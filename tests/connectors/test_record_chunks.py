@@ -12,12 +12,13 @@ from pyspark.sql import types as st
 from test_decode_batches import COLUMNS, SCHEMA, blocks_apart, control_plan, expected
 from test_decode_batches import control_messages as control_events
 
-from cdcflow.connectors import kafka_client, kafka_reader
-from cdcflow.connectors.decode_batches import BLOCK_SIZE, BatchDecoder
-from cdcflow.connectors.metadata import CONNECTOR_METADATA, metadata_array
-from cdcflow.connectors.read_plan import plan_read
-from cdcflow.connectors.records import RecordChunk, blocks
-from cdcflow.connectors.spark_types import arrow_schema
+from cdcflow.connectors.kafka import options as kafka_options
+from cdcflow.connectors.kafka import reader as kafka_reader
+from cdcflow.connectors.kafka.records import RecordChunk, blocks
+from cdcflow.connectors.spark.arrow_types import arrow_schema
+from cdcflow.connectors.spark.decode import BLOCK_SIZE, BatchDecoder
+from cdcflow.connectors.spark.metadata import CONNECTOR_METADATA, metadata_array
+from cdcflow.connectors.spark.read_plan import plan_read
 from cdcflow.core.model import Change
 from cdcflow.core.rowkind import RowKind
 from cdcflow.formats import Message, render_change
@@ -122,11 +123,11 @@ def test_a_range_readers_consumer_prefetches_what_the_range_holds(monkeypatch: p
             configs.append(config)
 
     monkeypatch.setattr(confluent_kafka, "Consumer", Recorder)
-    options = kafka_client.KafkaOptions.parse({"kafka.bootstrap.servers": "b:9092", "subscribe": "t"})
+    options = kafka_options.KafkaOptions.parse({"kafka.bootstrap.servers": "b:9092", "subscribe": "t"})
     kafka_reader.new_consumer(options, prefetch=7)
     kafka_reader.new_consumer(options)
     given = {"kafka.bootstrap.servers": "b:9092", "subscribe": "t", "kafka.queued.min.messages": "77"}
-    kafka_reader.new_consumer(kafka_client.KafkaOptions.parse(given), prefetch=7)
+    kafka_reader.new_consumer(kafka_options.KafkaOptions.parse(given), prefetch=7)
     assert (configs[0]["queued.min.messages"], configs[0]["fetch.queue.backoff.ms"]) == (7, 5)
     assert "queued.min.messages" not in configs[1] and "fetch.queue.backoff.ms" not in configs[1]
     assert str(configs[2]["queued.min.messages"]) == "77"
@@ -143,11 +144,11 @@ def test_chunks_read_from_a_broker_are_the_records_in_offset_order(kafka_cluster
         headers = [("n", str(index).encode())] if index % 3 == 0 else None
         producer.produce(topic, b'{"i":%d}' % index, None if index % 5 else b"k", headers=headers)
     producer.flush()
-    options = kafka_client.KafkaOptions.parse(
+    options = kafka_options.KafkaOptions.parse(
         {"kafka.bootstrap.servers": kafka_cluster.bootstrap_servers, "subscribe": topic}
     )
-    rng = kafka_client.OffsetRange(topic, 0, 100, 11_900)
-    chunks = list(kafka_client.read_range_chunks(options, rng, include_headers=True))
+    rng = kafka_options.OffsetRange(topic, 0, 100, 11_900)
+    chunks = list(kafka_reader.read_range_chunks(options, rng, include_headers=True))
     assert len(chunks) > 1 and all(len(chunk) <= 5000 for chunk in chunks)
     records = [m for chunk in chunks for m in chunk.messages()]
     assert [m.offset for m in records] == list(range(100, 11_900))
@@ -215,9 +216,9 @@ def scripted_read(
         return FakeConsumer(batches)
 
     monkeypatch.setattr(kafka_reader, "new_consumer", consumer)
-    options = kafka_client.KafkaOptions.parse({"kafka.bootstrap.servers": "b:9092", "subscribe": "t"})
-    rng = kafka_client.OffsetRange("t", 0, start, end)
-    return list(kafka_client.read_range_chunks(options, rng, include_headers=True)), prefetched
+    options = kafka_options.KafkaOptions.parse({"kafka.bootstrap.servers": "b:9092", "subscribe": "t"})
+    rng = kafka_options.OffsetRange("t", 0, start, end)
+    return list(kafka_reader.read_range_chunks(options, rng, include_headers=True)), prefetched
 
 
 def test_a_batch_with_gaps_or_past_the_range_is_read_record_by_record(
@@ -242,6 +243,6 @@ def test_a_batch_with_gaps_or_past_the_range_is_read_record_by_record(
 def test_a_range_prefetches_what_it_holds_up_to_two_consume_calls(monkeypatch: pytest.MonkeyPatch) -> None:
     chunks, prefetched = scripted_read(monkeypatch, [[FakeRecord(40), FakeRecord(41)]], 40, 42)
     assert [chunk.offsets for chunk in chunks] == [[40, 41]] and prefetched == [2]
-    options = kafka_client.KafkaOptions.parse({"kafka.bootstrap.servers": "b:9092", "subscribe": "t"})
-    kafka_reader._RangeReader(options, kafka_client.OffsetRange("t", 0, 0, 30_000), False, False)
+    options = kafka_options.KafkaOptions.parse({"kafka.bootstrap.servers": "b:9092", "subscribe": "t"})
+    kafka_reader._RangeReader(options, kafka_options.OffsetRange("t", 0, 0, 30_000), False, False)
     assert prefetched == [2, 10_000]

@@ -14,8 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kafka_fixture import KafkaCluster, unique_topic
 
-from cdcflow.connectors import kafka_client, replay
 from cdcflow.connectors.errors import ConnectorOptionError, ReplayFormatError
+from cdcflow.connectors.kafka import producer as kafka_producer
+from cdcflow.connectors.replay import dumps as replay
 from cdcflow.formats import Message
 
 TESTDATA = Path(__file__).parent.parent / "formats" / "testdata"
@@ -240,8 +241,8 @@ def test_record_topic_dumps_every_partition_in_order(kafka_cluster: KafkaCluster
         )
         for i in range(7)
     ]
-    kafka_client.produce_messages(kafka_cluster.bootstrap_servers, produced, first)
-    kafka_client.produce_messages(
+    kafka_producer.produce_messages(kafka_cluster.bootstrap_servers, produced, first)
+    kafka_producer.produce_messages(
         kafka_cluster.bootstrap_servers, [Message(None, b"gone", partition=0)], second
     )
     path = tmp_path / "recorded.jsonl"
@@ -270,7 +271,7 @@ def test_record_topic_honours_starting_and_ending_offsets(
 ) -> None:
     topic = unique_topic("rec-range")
     kafka_cluster.create_topic(topic, 1)
-    kafka_client.produce_messages(
+    kafka_producer.produce_messages(
         kafka_cluster.bootstrap_servers, [Message(b"%d" % i, partition=0) for i in range(6)], topic
     )
     path = tmp_path / "range.jsonl"

@@ -18,17 +18,18 @@ from pyspark.sql import types as st
 from registry_server import JsonHandler, serving
 from source_cases import topic_records
 
-from cdcflow.connectors import replay
-from cdcflow.connectors.dead_letters import dead_letter_record, read_dead_letters
 from cdcflow.connectors.errors import ConnectorOptionError
-from cdcflow.connectors.kafka_options import ClientConfig, KafkaOptions
-from cdcflow.connectors.kafka_reader import new_consumer
-from cdcflow.connectors.read_plan import plan_read
-from cdcflow.connectors.readers import CdcBatchReader
-from cdcflow.connectors.sink import plan_write
-from cdcflow.connectors.source_options import split_options
-from cdcflow.formats import FormatError, FormatOptionError, Message, debezium_avro, resolve_format
+from cdcflow.connectors.kafka.options import ClientConfig, KafkaOptions
+from cdcflow.connectors.kafka.reader import new_consumer
+from cdcflow.connectors.replay import dumps as replay
+from cdcflow.connectors.spark.dead_letters import dead_letter_record, read_dead_letters
+from cdcflow.connectors.spark.options import split_options
+from cdcflow.connectors.spark.read_plan import plan_read
+from cdcflow.connectors.spark.readers import CdcBatchReader
+from cdcflow.connectors.spark.sink import plan_write
+from cdcflow.formats import FormatError, FormatOptionError, Message, resolve_format
 from cdcflow.formats.base import DeadLetter
+from cdcflow.formats.debezium import avro as debezium_avro
 from cdcflow.formats.redact import PLACEHOLDER, redact
 
 SECRET = "hunter2-s3cr3t"  # noqa: S105 - a made-up password
@@ -156,7 +157,7 @@ def test_the_ingest_configuration_repr_hides_the_options_secrets() -> None:
 
 
 def test_credentials_in_a_checkpoint_uri_are_refused_without_showing_them() -> None:
-    from cdcflow.connectors.lakehouse.delta_sink import DeltaSink, apply_options
+    from cdcflow.connectors.lakehouse.sink import DeltaSink, apply_options
 
     sink = DeltaSink("/lake/t", apply_options(["id"]), f"s3a://key:{SECRET}@bucket/chk", app_id="orders")
     with pytest.raises(ConnectorOptionError, match="credentials in the URI are not read") as error:

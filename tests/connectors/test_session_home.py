@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import pyspark
 import pytest
 
-from cdcflow.connectors.session import installed_pyspark_workers, worker_spark_home
+from cdcflow.connectors.spark.session import installed_pyspark_workers, worker_spark_home
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

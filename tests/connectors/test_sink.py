@@ -12,8 +12,8 @@ from kafka_fixture import KafkaCluster, unique_topic
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 
-from cdcflow.connectors import kafka_client
-from cdcflow.connectors.kafka_options import KafkaOptions, TopicPartition
+from cdcflow.connectors.kafka import admin as kafka_admin
+from cdcflow.connectors.kafka.options import KafkaOptions, TopicPartition
 from cdcflow.core.model import Change
 from cdcflow.core.rowkind import RowKind
 from cdcflow.formats import parse_ddl, render_change
@@ -42,7 +42,7 @@ def changelog(spark: SparkSession) -> DataFrame:
 def records_in(bootstrap: str, topic: str) -> int:
     options = KafkaOptions.parse({"kafka.bootstrap.servers": bootstrap, "subscribe": topic})
     return sum(
-        high - low for low, high in kafka_client.offset_bounds(options, [TopicPartition(topic, 0)]).values()
+        high - low for low, high in kafka_admin.offset_bounds(options, [TopicPartition(topic, 0)]).values()
     )
 
 

@@ -6,9 +6,9 @@ import pytest
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from cdcflow.connectors.errors import ConnectorOptionError
-from cdcflow.connectors.sink import plan_write
-from cdcflow.connectors.sink_transactions import TaskIdentity, producer_defaults
-from cdcflow.connectors.source_options import DeliveryGuarantee
+from cdcflow.connectors.spark.options import DeliveryGuarantee
+from cdcflow.connectors.spark.sink import plan_write
+from cdcflow.connectors.spark.sink_transactions import TaskIdentity, producer_defaults
 
 SCHEMA = StructType(
     [

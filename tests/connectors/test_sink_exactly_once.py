@@ -25,8 +25,7 @@ from typing import Any
 
 import pytest
 from kafka_fixture import KafkaCluster, unique_topic
-
-from cdcflow.connectors.kafka_mock import MockKafkaCluster
+from kafka_mock import MockKafkaCluster
 
 pytestmark = pytest.mark.integration
 

@@ -17,8 +17,8 @@ from kafka_fixture import KafkaCluster, unique_topic
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from cdcflow.connectors.errors import SinkOrderError
-from cdcflow.connectors.sink import plan_write, write_changes
-from cdcflow.connectors.sink_order import KeyHashes, UpdatePairs, check_disjoint_keys
+from cdcflow.connectors.spark.sink import plan_write, write_changes
+from cdcflow.connectors.spark.sink_order import KeyHashes, UpdatePairs, check_disjoint_keys
 from cdcflow.core.model import Change
 from cdcflow.core.rowkind import RowKind
 from cdcflow.formats import Message, parse_ddl, resolve_format
@@ -72,7 +72,7 @@ def test_key_hashes_are_the_same_in_every_python_process() -> None:
     for key in keys:
         here.add(key)
     script = (
-        "from cdcflow.connectors.sink_order import KeyHashes\n"
+        "from cdcflow.connectors.spark.sink_order import KeyHashes\n"
         "h = KeyHashes()\n"
         f"for k in {keys!r}: h.add(k)\n"
         "print(h.packed().hex())"

@@ -31,7 +31,7 @@ from source_cases import (
     with_offsets,
 )
 
-from cdcflow.connectors import kafka_client
+from cdcflow.connectors.kafka import producer as kafka_producer
 from cdcflow.formats import Message
 
 pytestmark = pytest.mark.integration
@@ -129,11 +129,11 @@ def test_subscribe_pattern_reads_every_matching_topic(
     lines = EXCLUDE.read_bytes().splitlines()
     for suffix, chunk in (("a", lines[:3]), ("b", lines[3:5])):
         kafka_cluster.create_topic(f"{prefix}.{suffix}", 1)
-        kafka_client.produce_messages(
+        kafka_producer.produce_messages(
             products.bootstrap, [Message(v, partition=0) for v in chunk], f"{prefix}.{suffix}"
         )
     kafka_cluster.create_topic(f"{prefix}x.c", 1)  # not matched: the pattern must match the whole name
-    kafka_client.produce_messages(products.bootstrap, [Message(lines[5], partition=0)], f"{prefix}x.c")
+    kafka_producer.produce_messages(products.bootstrap, [Message(lines[5], partition=0)], f"{prefix}x.c")
     df = (
         products.reader(spark)
         .option("subscribePattern", re.escape(prefix) + r"\..*")
@@ -156,7 +156,7 @@ def test_dead_letter_topic_gets_the_original_record_and_error_headers(
     bad = Message(
         b'{"before":null,"after":{"id":1', b"key-1", partition=0, timestamp_ms=T0_MS, headers=(("h", b"v"),)
     )
-    kafka_client.produce_messages(
+    kafka_producer.produce_messages(
         products.bootstrap, [Message(good[0], partition=0), bad, Message(good[1], partition=0)], source
     )
     df = products.reader(spark).option("subscribe", source).option("deadLetterTopic", dead).load()
@@ -189,7 +189,7 @@ def test_upsert_kafka_tombstone_is_a_delete_of_its_key(
         record(1, {"id": 1, "name": "scooter v2"}),
         record(2, None),
     ]
-    kafka_client.produce_messages(products.bootstrap, records, topic)
+    kafka_producer.produce_messages(products.bootstrap, records, topic)
     df = (
         spark.read.format("cdc-upsert-kafka")
         .option("kafka.bootstrap.servers", products.bootstrap)
@@ -214,7 +214,7 @@ def test_max_offsets_per_trigger_splits_a_stream_into_small_micro_batches(
     topic, limit = unique_topic("limited"), 8
     kafka_cluster.create_topic(topic, 3)
     inserts = [line for line in EXCLUDE.read_bytes().splitlines() if b'"op":"c"' in line]
-    kafka_client.produce_messages(
+    kafka_producer.produce_messages(
         products.bootstrap, [Message(v, partition=i % 3) for i, v in enumerate(inserts * 2)], topic
     )
     query = (
@@ -243,7 +243,7 @@ def test_batch_start_after_end_is_an_error_not_an_empty_read(
     topic = unique_topic("start-after-end")
     kafka_cluster.create_topic(topic, PARTITIONS)
     messages = with_offsets(product_messages(), topic)
-    kafka_client.produce_messages(kafka_cluster.bootstrap_servers, messages, topic)
+    kafka_producer.produce_messages(kafka_cluster.bootstrap_servers, messages, topic)
     others = {str(p): 0 for p in range(1, PARTITIONS)}
     reader = (
         debezium(spark)

@@ -22,7 +22,7 @@ from source_cases import (
     rendered,
 )
 
-from cdcflow.connectors.dead_letters import read_dead_letters
+from cdcflow.connectors.spark.dead_letters import read_dead_letters
 from cdcflow.core.model import Change
 from cdcflow.core.rowkind import RowKind
 from cdcflow.formats import parse_ddl, render_change

@@ -26,12 +26,13 @@ from source_cases import (
     topic_records,
 )
 
-from cdcflow.connectors import readers, replay
-from cdcflow.connectors.dead_letters import read_dead_letters
 from cdcflow.connectors.errors import ConnectorOptionError, ReplayFormatError
-from cdcflow.connectors.read_plan import plan_read
-from cdcflow.connectors.readers import CdcBatchReader, CdcInputPartition, CdcStreamReader, FileRange
-from cdcflow.connectors.replay import record_topic
+from cdcflow.connectors.replay import dumps as replay
+from cdcflow.connectors.replay.dumps import record_topic
+from cdcflow.connectors.spark import readers
+from cdcflow.connectors.spark.dead_letters import read_dead_letters
+from cdcflow.connectors.spark.read_plan import plan_read
+from cdcflow.connectors.spark.readers import CdcBatchReader, CdcInputPartition, CdcStreamReader, FileRange
 from cdcflow.formats import Message
 
 pytestmark = pytest.mark.integration

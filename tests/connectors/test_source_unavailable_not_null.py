@@ -18,8 +18,8 @@ import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
-from cdcflow.connectors.dead_letters import read_dead_letters
 from cdcflow.connectors.lakehouse.ingest import IngestConfig, ingest
+from cdcflow.connectors.spark.dead_letters import read_dead_letters
 
 pytestmark = pytest.mark.integration
 

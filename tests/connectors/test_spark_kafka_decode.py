@@ -25,14 +25,14 @@ from source_cases import (
     rendered,
 )
 
-from cdcflow.connectors import kafka_client
-from cdcflow.connectors.accounting import read_counts
-from cdcflow.connectors.columnar import ColumnarDecoder
-from cdcflow.connectors.dead_letters import read_dead_letters
 from cdcflow.connectors.errors import ConnectorOptionError
-from cdcflow.connectors.read_plan import FrameInput, plan_read
-from cdcflow.connectors.spark_types import arrow_schema, struct_type
+from cdcflow.connectors.kafka import producer as kafka_producer
+from cdcflow.connectors.spark.accounting import read_counts
+from cdcflow.connectors.spark.arrow_types import arrow_schema, struct_type
+from cdcflow.connectors.spark.dead_letters import read_dead_letters
+from cdcflow.connectors.spark.read_plan import FrameInput, plan_read
 from cdcflow.formats import Message
+from cdcflow.formats.debezium.arrow import ColumnarDecoder
 from cdcflow.spark import decode_kafka
 
 pytestmark = pytest.mark.integration
@@ -99,7 +99,7 @@ def test_columns_are_inferred_from_a_batch_dataframe_as_the_source_infers_them(
     topic = unique_topic("decode-infer")
     kafka_cluster.create_topic(topic, 1)
     lines = INCLUDE.read_bytes().splitlines()
-    kafka_client.produce_messages(products.bootstrap, [Message(v, partition=0) for v in lines], topic)
+    kafka_producer.produce_messages(products.bootstrap, [Message(v, partition=0) for v in lines], topic)
     options = {"debezium-json.schema-include": "true", "metadata": "partition,offset"}
     decoded = decode_kafka(kafka(spark, products.bootstrap, topic), options=options)
     source = (
@@ -127,7 +127,7 @@ def test_streaming_available_now_over_several_micro_batches_equals_the_batch_sou
     topic, limit = unique_topic("decode-stream"), 6
     kafka_cluster.create_topic(topic, 3)
     lines = EXCLUDE.read_bytes().splitlines()
-    kafka_client.produce_messages(
+    kafka_producer.produce_messages(
         products.bootstrap,
         [Message(line, orjson.dumps({"n": i}), partition=i % 3) for i, line in enumerate(lines)],
         topic,
@@ -201,7 +201,7 @@ def test_a_poisoned_record_is_a_dead_letter_once_with_its_original_bytes(
         Message(good[2], b"k2", partition=1),
         Message(good[3], b"k3", partition=1),
     ]
-    kafka_client.produce_messages(products.bootstrap, records, topic)
+    kafka_producer.produce_messages(products.bootstrap, records, topic)
     frame, source = tmp_path / "frame", tmp_path / "source"
     options = {"deadLetterPath": str(frame / "dead"), "accountingPath": str(frame / "counts")}
     raw = kafka(spark, products.bootstrap, topic, includeHeaders="true")
@@ -238,7 +238,7 @@ def test_old_key_reads_the_debezium_header_and_needs_include_headers(
     columns = "id INT NOT NULL, name STRING"
     create = orjson.dumps({"op": "c", "before": None, "after": {"id": 2, "name": "moved"}})
     old_key = orjson.dumps({"id": 1})
-    kafka_client.produce_messages(
+    kafka_producer.produce_messages(
         products.bootstrap,
         [Message(create, orjson.dumps({"id": 2}), partition=0, headers=(("__debezium.oldkey", old_key),))],
         topic,
@@ -272,7 +272,7 @@ def test_upsert_kafka_tombstone_is_a_delete_as_the_source_reads_it(
     def record(key: int, value: dict[str, Any] | None) -> Message:
         return Message(None if value is None else orjson.dumps(value), orjson.dumps({"id": key}), partition=0)
 
-    kafka_client.produce_messages(
+    kafka_producer.produce_messages(
         products.bootstrap,
         [
             record(1, {"id": 1, "name": "scooter"}),
@@ -309,7 +309,7 @@ def test_canal_json_equals_the_cdc_canal_source(
         {"data": [{"id": "2", "name": "b"}], "old": None, "type": "DELETE",
          "database": "db", "table": "t", "es": 5, "ts": 6, "isDdl": False},
     ]  # fmt: skip
-    kafka_client.produce_messages(
+    kafka_producer.produce_messages(
         products.bootstrap, [Message(orjson.dumps(e), partition=0) for e in canal], topic
     )
     columns, options = "id INT NOT NULL, name STRING", {"metadata": "table,offset"}

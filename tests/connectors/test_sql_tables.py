@@ -12,7 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 from spark_rows import rendered
 from test_read_recorded import SOURCE_NAMES, expected
 
-from cdcflow.connectors.sources import SOURCES
+from cdcflow.connectors.spark.sources import SOURCES
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from cdcflow.connectors.replay import write_dump
-from cdcflow.connectors.unavailable_fill import fill_unavailable
+from cdcflow.connectors.replay.dumps import write_dump
+from cdcflow.connectors.spark.unavailable_fill import fill_unavailable
 from cdcflow.formats import Message, resolve_format
 
 pytestmark = pytest.mark.integration

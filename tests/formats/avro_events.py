@@ -11,12 +11,9 @@ from typing import Any
 import fastavro
 
 from cdcflow.core.model import Change
-from cdcflow.formats import (
-    Message,
-    debezium_avro,
-    render_change,
-)
-from cdcflow.formats.debezium_avro import DebeziumAvroDecoder
+from cdcflow.formats import Message, render_change
+from cdcflow.formats.debezium import avro as debezium_avro
+from cdcflow.formats.debezium.avro import DebeziumAvroDecoder
 
 FACTORY = debezium_avro.DebeziumAvroFormat()
 TOAST = "__debezium_unavailable_value"

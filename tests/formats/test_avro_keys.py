@@ -24,7 +24,7 @@ from registry_server import RegistryHandler, serving
 from cdcflow.core.model import Change
 from cdcflow.core.rowkind import RowKind
 from cdcflow.formats import FormatOptionError, Message, parse_ddl, render_change, resolve_format
-from cdcflow.formats.registry_client import registry_client
+from cdcflow.formats.confluent.client import registry_client
 
 UPSERT = resolve_format("upsert-kafka")
 PAGEVIEWS = parse_ddl("user_region STRING NOT NULL, pv BIGINT, uv BIGINT")
@@ -313,8 +313,8 @@ def test_a_debezium_delete_keyed_by_an_avro_key_forgets_that_key() -> None:
 
 def test_sink_plan_passes_the_topic_to_upsert_kafka() -> None:
     pytest.importorskip("pyspark")
-    from cdcflow.connectors import kafka_client
-    from cdcflow.connectors.sink import WritePlan
+    from cdcflow.connectors.kafka import admin as kafka_admin
+    from cdcflow.connectors.spark.sink import WritePlan
 
     plan = WritePlan(
         format_name="upsert-kafka",
@@ -323,7 +323,7 @@ def test_sink_plan_passes_the_topic_to_upsert_kafka() -> None:
         row_kind_column="_row_kind",
         key_columns=("user_region",),
         topic="pageviews-by-region",
-        producer_config=kafka_client.producer_config({"kafka.bootstrap.servers": "127.0.0.1:9"}),
+        producer_config=kafka_admin.producer_config({"kafka.bootstrap.servers": "127.0.0.1:9"}),
     )
     encoder = plan.encoder()
     (encoded,) = encoder.encode_all([Change(RowKind.DELETE, {"user_region": "eu", "pv": None, "uv": None})])

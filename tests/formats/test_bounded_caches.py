@@ -7,8 +7,8 @@ import orjson
 import pytest
 
 from cdcflow.formats import DecodeOutput, Message, parse_ddl, resolve_format
-from cdcflow.formats.canal_json import CanalJsonDecoder
-from cdcflow.formats.debezium_json import DebeziumJsonDecoder
+from cdcflow.formats.debezium.json import DebeziumJsonDecoder
+from cdcflow.formats.flat_json.canal import CanalJsonDecoder
 from cdcflow.formats.lru import FILL_STATE_KEYS, SCHEMA_CACHE_SIZE, LruCache
 
 DISTINCT = SCHEMA_CACHE_SIZE + 300

@@ -12,7 +12,7 @@ import pytest
 from golden_cases import flink_rows, messages
 
 from cdcflow.formats import DecodeError, FormatOptionError, Message, parse_ddl, render_change, resolve_format
-from cdcflow.formats.canal_json import CanalJsonDecoder, mysql_type
+from cdcflow.formats.flat_json.canal import CanalJsonDecoder, mysql_type
 
 PRODUCTS = "id INT NOT NULL, name STRING, description STRING, weight FLOAT"
 FACTORY = resolve_format("canal-json")

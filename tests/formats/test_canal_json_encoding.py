@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from cdcflow.core.model import Change
 from cdcflow.core.rowkind import RowKind
 from cdcflow.formats import FormatOptionError, Message, parse_ddl, render_change, resolve_format
-from cdcflow.formats.canal_json import CanalJsonDecoder, CanalJsonEncoder
+from cdcflow.formats.flat_json.canal import CanalJsonDecoder, CanalJsonEncoder
 
 FACTORY = resolve_format("canal-json")
 

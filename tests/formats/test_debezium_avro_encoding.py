@@ -30,11 +30,11 @@ from cdcflow.formats import (
     Message,
     Schema,
     TypeKind,
-    debezium_avro,
     parse_ddl,
     resolve_format,
 )
-from cdcflow.formats.debezium_avro import DebeziumAvroConfig
+from cdcflow.formats.debezium import avro as debezium_avro
+from cdcflow.formats.debezium.avro import DebeziumAvroConfig
 
 # Encoding: exact bytes for the explicit schema id.
 

@@ -25,14 +25,8 @@ from avro_events import (
 
 from cdcflow.core.model import Change
 from cdcflow.core.rowkind import RowKind
-from cdcflow.formats import (
-    DecodeError,
-    FormatError,
-    Message,
-    MissingDependencyError,
-    debezium_avro,
-    parse_ddl,
-)
+from cdcflow.formats import DecodeError, FormatError, Message, MissingDependencyError, parse_ddl
+from cdcflow.formats.debezium import avro as debezium_avro
 
 
 def test_registry_decoding_fetches_each_schema_once(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -23,7 +23,7 @@ from cdcflow.formats import (
     render_change,
     resolve_format,
 )
-from cdcflow.formats.debezium_json import DebeziumJsonDecoder
+from cdcflow.formats.debezium.json import DebeziumJsonDecoder
 
 PRODUCTS = "id INT NOT NULL, name STRING, description STRING, weight FLOAT"
 FACTORY = resolve_format("debezium-json")

@@ -24,7 +24,7 @@ from registry_server import RegistryHandler, serving
 from cdcflow.core.model import Change
 from cdcflow.core.rowkind import RowKind
 from cdcflow.formats import DecodeError, Message, parse_ddl, resolve_format
-from cdcflow.formats.registry_client import registry_client
+from cdcflow.formats.confluent.client import registry_client
 
 FACTORY = resolve_format("debezium-json-registry")
 RECORDED = Path(__file__).parent / "recorded" / "postgres" / "no-schemas.jsonl"

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from cdcflow.formats.debezium_position import source_sequence
+from cdcflow.formats.debezium.position import source_sequence
 
 
 def test_postgres_orders_by_last_commit_then_lsn() -> None:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from cdcflow.core.model import Change
 from cdcflow.core.rowkind import RowKind
 from cdcflow.formats import DecodeError, FormatOptionError, Message, parse_ddl, render_change, resolve_format
-from cdcflow.formats.generic import GenericDecoder, GenericEncoder
+from cdcflow.formats.op_rows import GenericDecoder, GenericEncoder
 
 FACTORY = resolve_format("generic")
 USERS = "id INT NOT NULL, name STRING"

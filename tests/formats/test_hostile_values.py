@@ -18,9 +18,9 @@ import orjson
 import pytest
 
 from cdcflow.formats import DecodeError, Message, parse_ddl, resolve_format
-from cdcflow.formats import values as values_module
+from cdcflow.formats import json_decode as values_module
 from cdcflow.formats.base import Decoder
-from cdcflow.formats.values import decimal_from_bytes
+from cdcflow.formats.json_decode import decimal_from_bytes
 
 COLUMNS = "id INT NOT NULL, s STRING, d DECIMAL(10, 2), t TIMESTAMP, n TIMESTAMP_NTZ(3), b BIGINT, f DOUBLE"
 

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from cdcflow.core.model import Change
 from cdcflow.core.rowkind import RowKind
 from cdcflow.formats import DecodeError, FormatOptionError, Message, parse_ddl, render_change, resolve_format
-from cdcflow.formats.maxwell_json import MaxwellJsonDecoder, MaxwellJsonEncoder
+from cdcflow.formats.flat_json.maxwell import MaxwellJsonDecoder, MaxwellJsonEncoder
 
 PRODUCTS = "id INT NOT NULL, name STRING, description STRING, weight FLOAT"
 EVOLVED = "id INT NOT NULL, name STRING, description STRING, weight DOUBLE, age INT, address STRING"

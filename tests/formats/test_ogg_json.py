@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from cdcflow.core.model import Change
 from cdcflow.core.rowkind import RowKind
 from cdcflow.formats import DecodeError, FormatOptionError, Message, parse_ddl, render_change, resolve_format
-from cdcflow.formats.ogg_json import OggJsonDecoder, OggJsonEncoder
+from cdcflow.formats.flat_json.ogg import OggJsonDecoder, OggJsonEncoder
 
 PRODUCTS = "id INT NOT NULL, name STRING, description STRING, weight FLOAT"
 EVOLVED = "id INT NOT NULL, name STRING, description STRING, weight DOUBLE, age INT, address STRING"

@@ -12,7 +12,8 @@ import pytest
 from avro_events import FACTORY, messages
 from registry_server import JsonHandler, serving
 
-from cdcflow.formats import FormatError, FormatOptionError, debezium_avro
+from cdcflow.formats import FormatError, FormatOptionError
+from cdcflow.formats.debezium import avro as debezium_avro
 from cdcflow.formats.redact import PLACEHOLDER, is_secret, redact, redacted_repr, shown_settings
 
 SECRET = "hunter2-s3cr3t"  # noqa: S105 - a made-up password

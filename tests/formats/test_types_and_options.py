@@ -128,7 +128,7 @@ def test_registry_knows_the_builtin_formats() -> None:
 
 
 def test_third_party_formats_plug_in_through_the_entry_point_group(monkeypatch: pytest.MonkeyPatch) -> None:
-    plugin = EntryPoint("shouty-json", "cdcflow.formats.generic:GenericFormat", "cdcflow.formats")
+    plugin = EntryPoint("shouty-json", "cdcflow.formats.op_rows:GenericFormat", "cdcflow.formats")
     broken = EntryPoint("not-a-format", "json:loads", "cdcflow.formats")
 
     def fake_entry_points(*, group: str) -> list[EntryPoint]:

@@ -11,8 +11,8 @@ every start checks that the two still belong together. The checkpoint may be on 
 from __future__ import annotations
 
 from cdcflow.connectors.errors import ConnectorOptionError
-from cdcflow.connectors.lakehouse.delta_io import applied_version, open_table
-from cdcflow.connectors.lakehouse.storage import LOCAL, Storage, join
+from cdcflow.connectors.lakehouse.delta.storage import LOCAL, Storage, join
+from cdcflow.connectors.lakehouse.delta.tables import applied_version, open_table
 from cdcflow.formats.redact import redact
 
 MARKER = "cdcflow-app-id"

@@ -33,8 +33,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdcflow.connectors.errors import ConnectorOptionError
-from cdcflow.connectors.lakehouse import key_index, key_state, restarts, unavailable
-from cdcflow.connectors.lakehouse.changes import (
+from cdcflow.connectors.lakehouse.delta import key_index, key_state, restarts, unavailable
+from cdcflow.connectors.lakehouse.delta.backend import DELTA_RS, Every, TableBackend, TableHandle, applied
+from cdcflow.connectors.lakehouse.delta.batch import (
     EPOCH,
     IDX,
     SEQ,
@@ -44,7 +45,7 @@ from cdcflow.connectors.lakehouse.changes import (
     prepare,
     sequence_order,
 )
-from cdcflow.connectors.lakehouse.control import (
+from cdcflow.connectors.lakehouse.delta.control import (
     FLOOR,
     Floor,
     OnTruncate,
@@ -52,11 +53,16 @@ from cdcflow.connectors.lakehouse.control import (
     decide,
     split_controls,
 )
-from cdcflow.connectors.lakehouse.delta_io import OP
-from cdcflow.connectors.lakehouse.delta_schema import to_delta_columns
-from cdcflow.connectors.lakehouse.key_state import DELETED_AT, SLOT, STATE_RESTART, STATE_SEQ, UPDATED_AT
-from cdcflow.connectors.lakehouse.table_io import DELTA_RS, Every, TableBackend, TableHandle, applied
-from cdcflow.connectors.lakehouse.unavailable import INTERNAL, UNAVAILABLE, Filled, Links
+from cdcflow.connectors.lakehouse.delta.key_state import (
+    DELETED_AT,
+    SLOT,
+    STATE_RESTART,
+    STATE_SEQ,
+    UPDATED_AT,
+)
+from cdcflow.connectors.lakehouse.delta.schema import to_delta_columns
+from cdcflow.connectors.lakehouse.delta.tables import OP
+from cdcflow.connectors.lakehouse.delta.unavailable import INTERNAL, UNAVAILABLE, Filled, Links
 from cdcflow.core import Change, RowKind
 from cdcflow.core.materialize import UpsertMaterializer
 

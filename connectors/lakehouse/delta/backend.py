@@ -5,7 +5,7 @@ state) and then reads and writes tables only through a :class:`TableBackend`: op
 read the rows of some keys, read its application transactions and properties, add columns, and merge
 a marked source (``_cdcflow_op``) in one commit that records ``(app_id, batch_id)``. Two back ends
 implement it: :class:`DeltaRsBackend` (delta-rs, in the driver; the default) and
-:class:`~cdcflow.connectors.lakehouse.spark_delta.SparkDeltaBackend` (Delta Lake's jars, the merge
+:class:`~cdcflow.connectors.lakehouse.spark_backend.SparkDeltaBackend` (Delta Lake's jars, the merge
 running on Spark's executors). Both write the same tables; either continues the other's.
 """
 
@@ -20,9 +20,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import DeltaTable
 
-from cdcflow.connectors.lakehouse import delta_io
-from cdcflow.connectors.lakehouse.delta_schema import create_table, table_schema
-from cdcflow.connectors.lakehouse.storage import LOCAL, Storage
+from cdcflow.connectors.lakehouse.delta import tables as delta_io
+from cdcflow.connectors.lakehouse.delta.schema import create_table, table_schema
+from cdcflow.connectors.lakehouse.delta.storage import LOCAL, Storage
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ class TableHandle(Protocol):
         delete_unmatched: Sequence[Clause] = (),
         unavailable: str | None = None,
     ) -> int:
-        """:func:`~cdcflow.connectors.lakehouse.delta_io.merge_marked`'s merge; returns the new version."""
+        """Merges as :func:`~cdcflow.connectors.lakehouse.delta.tables.merge_marked`; the new version."""
         ...
 
 

@@ -10,8 +10,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdcflow.connectors.errors import ChangelogConsistencyError
-from cdcflow.connectors.lakehouse.delta_io import OP
-from cdcflow.connectors.lakehouse.sequence import sortable
+from cdcflow.connectors.lakehouse.delta.sequence import sortable
+from cdcflow.connectors.lakehouse.delta.tables import OP
 
 ROW_KINDS = ("+I", "-U", "+U", "-D")
 IDX, SEQ = "_cdcflow_idx", "_cdcflow_seq"
@@ -144,7 +144,7 @@ def check_update_pairs(batch: ChangeBatch, key: Sequence[str]) -> None:
 
 def last_per_key(batch: ChangeBatch, key: Sequence[str]) -> pa.Table:
     """The last +I/+U/-D of each key (by sequence, then arrival), with ``_cdcflow_op`` U (upsert) or D."""
-    from cdcflow.connectors.lakehouse.key_index import group_ids
+    from cdcflow.connectors.lakehouse.delta.key_index import group_ids
 
     names = batch.data.schema.names
     keep = np.flatnonzero(batch.kinds != "-U")

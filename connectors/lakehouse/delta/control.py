@@ -19,9 +19,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdcflow.connectors.errors import ChangelogConsistencyError, ConnectorOptionError
-from cdcflow.connectors.lakehouse.changes import IDX, SEQ, ChangeBatch, coordinates, describe
-from cdcflow.connectors.lakehouse.sequence import sortable
-from cdcflow.connectors.lakehouse.table_io import TableHandle
+from cdcflow.connectors.lakehouse.delta.backend import TableHandle
+from cdcflow.connectors.lakehouse.delta.batch import IDX, SEQ, ChangeBatch, coordinates, describe
+from cdcflow.connectors.lakehouse.delta.sequence import sortable
 
 log = logging.getLogger(__name__)
 TRUNCATE = "truncate"

@@ -20,9 +20,9 @@ from datetime import UTC, datetime, timedelta
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdcflow.connectors.lakehouse.delta_io import OP
-from cdcflow.connectors.lakehouse.delta_schema import to_delta_columns
-from cdcflow.connectors.lakehouse.table_io import Before, Clause, NotEqual, TableBackend, TableHandle
+from cdcflow.connectors.lakehouse.delta.backend import Before, Clause, NotEqual, TableBackend, TableHandle
+from cdcflow.connectors.lakehouse.delta.schema import to_delta_columns
+from cdcflow.connectors.lakehouse.delta.tables import OP
 
 SLOT, STATE_SEQ, STATE_RESTART, DELETED_AT, UPDATED_AT = (
     "_cdcflow_slot",

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.ipc as ipc
 
-from cdcflow.connectors.lakehouse.storage import Storage, is_remote, join
+from cdcflow.connectors.lakehouse.delta.storage import Storage, is_remote, join
 
 PENDING_DIR = "cdcflow-pending"
 _SUFFIX = ".arrow"

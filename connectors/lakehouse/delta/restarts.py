@@ -4,7 +4,7 @@ A change whose sequence is lower than its key's last one is late, unless its ``r
 (the commit timestamp) is newer than that change's: then the source's position restarted (failover,
 ``RESET MASTER``, a new cluster) and the change is newer after all. Each restart starts a new *epoch*
 of the key: epochs apply in arrival order, the changes within one by sequence (see
-:func:`~cdcflow.connectors.lakehouse.changes.sequence_order`).
+:func:`~cdcflow.connectors.lakehouse.delta.batch.sequence_order`).
 
 Only keys whose sequence goes backwards (within the batch in arrival order, or below the key's known
 sequence) can restart; they are walked in Python, every other key stays in epoch 0.
@@ -19,9 +19,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdcflow.connectors.lakehouse import key_index
-from cdcflow.connectors.lakehouse.changes import IDX, SEQ, ChangeBatch
-from cdcflow.connectors.lakehouse.key_state import STATE_RESTART, STATE_SEQ
+from cdcflow.connectors.lakehouse.delta import key_index
+from cdcflow.connectors.lakehouse.delta.batch import IDX, SEQ, ChangeBatch
+from cdcflow.connectors.lakehouse.delta.key_state import STATE_RESTART, STATE_SEQ
 
 
 @dataclass

@@ -14,8 +14,8 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable, Transaction
 
-from cdcflow.connectors.lakehouse.delta_schema import conform
-from cdcflow.connectors.lakehouse.storage import LOCAL, S3, Storage, is_remote, scheme
+from cdcflow.connectors.lakehouse.delta.schema import conform
+from cdcflow.connectors.lakehouse.delta.storage import LOCAL, S3, Storage, is_remote, scheme
 
 OP = "_cdcflow_op"
 """The merge source's action column: U (insert or update) or D (delete)."""

@@ -2,7 +2,7 @@
 
 A column listed in a change's unavailable columns has no value in that change: it keeps the key's
 previous value, the latest earlier change of the key in the batch that has it, else the target's
-current row (the merge reads it: :func:`~cdcflow.connectors.lakehouse.delta_io.merge_marked`'s
+current row (the merge reads it: :func:`~cdcflow.connectors.lakehouse.delta.tables.merge_marked`'s
 ``unavailable``). After a delete of the key in the batch there is no previous value: the column lands
 NULL and is reported.
 
@@ -38,10 +38,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdcflow.connectors.lakehouse.changes import EPOCH, IDX, SEQ, ChangeBatch, sequence_order
-from cdcflow.connectors.lakehouse.delta_io import OP
-from cdcflow.connectors.lakehouse.delta_schema import to_delta_columns
-from cdcflow.connectors.lakehouse.key_state import (
+from cdcflow.connectors.lakehouse.delta.batch import EPOCH, IDX, SEQ, ChangeBatch, sequence_order
+from cdcflow.connectors.lakehouse.delta.key_state import (
     DELETED_AT,
     PENDING,
     SLOT,
@@ -49,6 +47,8 @@ from cdcflow.connectors.lakehouse.key_state import (
     TIMESTAMP,
     UPDATED_AT,
 )
+from cdcflow.connectors.lakehouse.delta.schema import to_delta_columns
+from cdcflow.connectors.lakehouse.delta.tables import OP
 
 log = logging.getLogger(__name__)
 

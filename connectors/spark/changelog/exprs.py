@@ -9,7 +9,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from cdcflow.connectors.changelog_layout import FrameLayout
+from cdcflow.connectors.spark.changelog.layout import FrameLayout
 from cdcflow.core.params import FromChangelogParams, InvalidOpHandling, ToChangelogParams
 from cdcflow.core.rowkind import DEL, INS, UA, UB, RowKind
 

@@ -32,31 +32,34 @@ column, a watermark on the batch's processing time drives those timers. ``uid`` 
 keep it when the query evolves.
 
 A stateful stream needs the RocksDB state store provider and the ``protobuf`` package
-(:func:`cdcflow.connectors.session.cdcflow_spark_config`); its shuffle partitions default to two per
-core (:func:`cdcflow.connectors.session.default_shuffle_partitions`).
+(:func:`cdcflow.connectors.spark.session.cdcflow_spark_config`); its shuffle partitions default to two per
+core (:func:`cdcflow.connectors.spark.session.default_shuffle_partitions`).
 """
 
 from __future__ import annotations
 
 import re
+from typing import Unpack
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as st
 
-from cdcflow.connectors.changelog_exprs import (
+from cdcflow.connectors.errors import ConnectorOptionError
+from cdcflow.connectors.spark.arrow_types import arrow_schema
+from cdcflow.connectors.spark.changelog.exprs import (
     column,
     from_changelog_exprs,
     image_sources,
     to_changelog_exprs,
 )
-from cdcflow.connectors.changelog_layout import (
+from cdcflow.connectors.spark.changelog.layout import (
     TIME_VALUES_COLUMN,
     from_layout,
     sequence_columns,
     to_layout,
 )
-from cdcflow.connectors.changelog_state import (
+from cdcflow.connectors.spark.changelog.state import (
     ChangelogProcessor,
     Conversion,
     FromRows,
@@ -64,15 +67,13 @@ from cdcflow.connectors.changelog_state import (
     ToRows,
     partition_function,
 )
-from cdcflow.connectors.errors import ConnectorOptionError
-from cdcflow.connectors.session import default_shuffle_partitions, require_stateful_setup
-from cdcflow.connectors.spark_types import arrow_schema
-from cdcflow.core.opmapping import OpMappingInput
+from cdcflow.connectors.spark.session import default_shuffle_partitions, require_stateful_setup
 from cdcflow.core.params import (
     Columns,
+    FromChangelogArgs,
     FromChangelogParams,
     InvalidOpHandling,
-    TtlInput,
+    ToChangelogArgs,
     plan_from_changelog,
     plan_to_changelog,
 )
@@ -90,19 +91,9 @@ BATCH_TIME_COLUMN = "__cdcflow_batch_time"
 def from_changelog(
     df: DataFrame,
     *,
-    op: str = "op",
-    before: str | None = None,
-    after: str | None = None,
-    op_mapping: OpMappingInput | None = None,
-    invalid_op_handling: str | InvalidOpHandling = "FAIL",
-    partition_by: Columns | None = None,
-    order_by: str | None = None,
-    state_ttl: TtlInput | None = None,
-    consume_full_deletes: bool = False,
-    passthrough: Columns | None = None,
-    uid: str | None = None,
     row_kind_column: str = ROW_KIND_COLUMN,
     sequence_by: Columns | None = None,
+    **args: Unpack[FromChangelogArgs],
 ) -> DataFrame:
     """Envelopes (``op`` + flat columns, or ``op`` + ``before``/``after`` structs) → a changelog.
 
@@ -112,20 +103,12 @@ def from_changelog(
     rows are sorted by it and each key's changes compacted at each watermark (on a stream, the
     column needs ``withWatermark``; a batch DataFrame is one window). Parameters and columns are
     checked here, before any row flows.
+
+    ``args`` are FROM_CHANGELOG's parameters (:class:`~cdcflow.core.params.FromChangelogArgs`): ``op``
+    ("op"), ``before``, ``after``, ``op_mapping``, ``invalid_op_handling`` ("FAIL"), ``partition_by``,
+    ``order_by``, ``state_ttl``, ``consume_full_deletes`` (False), ``passthrough``, ``uid``.
     """
-    params = plan_from_changelog(
-        op=op,
-        before=before,
-        after=after,
-        op_mapping=op_mapping,
-        invalid_op_handling=invalid_op_handling,
-        partition_by=partition_by,
-        order_by=order_by,
-        state_ttl=state_ttl,
-        consume_full_deletes=consume_full_deletes,
-        passthrough=passthrough,
-        uid=uid,
-    )
+    params = plan_from_changelog(**args)
     time_values = _event_time(df, "from_changelog", "order_by", params.order_by)
     layout = from_layout(df.schema, params, row_kind_column, sequence_columns(sequence_by), time_values)
     if params.stateful or params.order_by is not None:
@@ -144,18 +127,9 @@ def from_changelog(
 def to_changelog(
     df: DataFrame,
     *,
-    op: str = "op",
-    before: str | None = None,
-    after: str | None = None,
-    op_mapping: OpMappingInput | None = None,
-    partition_by: Columns | None = None,
-    on_time: str | None = None,
-    state_ttl: TtlInput | None = None,
-    produces_full_deletes: bool = False,
-    passthrough: Columns | None = None,
-    uid: str | None = None,
     row_kind_column: str = ROW_KIND_COLUMN,
     sequence_by: Columns | None = None,
+    **args: Unpack[ToChangelogArgs],
 ) -> DataFrame:
     """A changelog (rows with ``row_kind_column``) → envelopes: ``op`` + flat columns, or ``op`` +
     ``passthrough`` + ``before``/``after`` structs.
@@ -166,19 +140,12 @@ def to_changelog(
     DataFrame a ``-U`` still waiting at the end is written on its own, as the engine does. ``on_time``
     names an event-time column: changes wait for the watermark to pass them and each key's changes
     are compacted then (on a stream, the column needs ``withWatermark``).
+
+    ``args`` are TO_CHANGELOG's parameters (:class:`~cdcflow.core.params.ToChangelogArgs`): ``op``
+    ("op"), ``before``, ``after``, ``op_mapping``, ``partition_by``, ``on_time``, ``state_ttl``,
+    ``produces_full_deletes`` (False), ``passthrough``, ``uid``.
     """
-    params = plan_to_changelog(
-        op=op,
-        before=before,
-        after=after,
-        op_mapping=op_mapping,
-        partition_by=partition_by,
-        on_time=on_time,
-        state_ttl=state_ttl,
-        produces_full_deletes=produces_full_deletes,
-        passthrough=passthrough,
-        uid=uid,
-    )
+    params = plan_to_changelog(**args)
     time_values = _event_time(df, "to_changelog", "on_time", params.on_time)
     stateful = params.op_mapping.combines_updates or params.keeps_images or params.on_time is not None
     group_columns = max(len(params.partition_by), 1) if stateful else 0

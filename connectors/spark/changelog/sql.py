@@ -21,7 +21,6 @@ the clauses and ignores them, as its result does not depend on them.
 
 from __future__ import annotations
 
-import inspect
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -41,13 +40,15 @@ from pyspark.sql.udtf import (
     UserDefinedTableFunction,
 )
 
-from cdcflow.connectors.changelog_exprs import image_sources
-from cdcflow.connectors.changelog_frames import ROW_KIND_COLUMN
-from cdcflow.connectors.changelog_layout import FrameLayout, from_layout, sequence_columns, to_layout
-from cdcflow.connectors.changelog_state import Conversion, FromRows, ToRows
 from cdcflow.connectors.errors import ConnectorOptionError
+from cdcflow.connectors.spark.changelog.exprs import image_sources
+from cdcflow.connectors.spark.changelog.frames import ROW_KIND_COLUMN
+from cdcflow.connectors.spark.changelog.layout import FrameLayout, from_layout, sequence_columns, to_layout
+from cdcflow.connectors.spark.changelog.state import Conversion, FromRows, ToRows
 from cdcflow.core.errors import CdcflowError
 from cdcflow.core.params import (
+    FROM_CHANGELOG_ARGUMENTS,
+    TO_CHANGELOG_ARGUMENTS,
     FromChangelogParams,
     plan_from_changelog,
     plan_to_changelog,
@@ -58,6 +59,10 @@ from cdcflow.core.state import InMemoryStateStore
 EXTENSIONS = ("sequence_by", "row_kind_column")
 """Arguments beyond the engine's parameters (the DataFrame API has them too)."""
 
+_ARGUMENTS: dict[Callable[..., object], tuple[str, ...]] = {
+    plan_from_changelog: FROM_CHANGELOG_ARGUMENTS,
+    plan_to_changelog: TO_CHANGELOG_ARGUMENTS,
+}
 FIELD_ARGUMENTS = frozenset({"op", "before", "after", "order_by", "on_time"})
 COLUMN_ARGUMENTS = frozenset({"partition_by", "passthrough", "sequence_by"})
 _STREAMING_QUERY_ID = "sql.streaming.queryId"
@@ -142,7 +147,7 @@ def _analyze(
 ) -> ChangelogAnalysis:
     """Check the call and plan it; an error is Spark's analysis error carrying our message."""
     try:
-        known = (*inspect.signature(engine_plan).parameters, *EXTENSIONS)
+        known = (*_ARGUMENTS[engine_plan], *EXTENSIONS)
         if len(args) > 1:
             raise CdcflowError(
                 f"{name} takes one positional argument, the input table; name the others, e.g. "

@@ -29,14 +29,14 @@ from pyspark.sql.streaming.stateful_processor import (
     ValueState,
 )
 
-from cdcflow.connectors.changelog_layout import FrameLayout
+from cdcflow.connectors.spark.changelog.layout import FrameLayout
 from cdcflow.core.errors import ChangelogDataError
-from cdcflow.core.from_envelopes import FromChangelog
+from cdcflow.core.from_changelog_engine import FromChangelog
 from cdcflow.core.model import Change, Watermark
 from cdcflow.core.params import FromChangelogParams, ToChangelogParams
 from cdcflow.core.rowkind import RowKind
 from cdcflow.core.state import Clock, InMemoryStateStore, KeyState, StateStore
-from cdcflow.core.to_envelopes import ToChangelog
+from cdcflow.core.to_changelog_engine import ToChangelog
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -72,7 +72,7 @@ def read(spark: SparkSession, kind: str, *where: str) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> None:
-    from cdcflow.connectors.job import local_session
+    from cdcflow.connectors.spark.jobs import local_session
 
     out, kind, *where = argv
     result = read(local_session("cdcflow-read-job"), kind, *where)

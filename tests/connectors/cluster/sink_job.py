@@ -38,6 +38,6 @@ def write(spark: SparkSession, events: str, bootstrap: str, topic: str) -> None:
 
 
 if __name__ == "__main__":
-    from cdcflow.connectors.job import local_session
+    from cdcflow.connectors.spark.jobs import local_session
 
     write(local_session("cdcflow-sink-job"), *sys.argv[1:])

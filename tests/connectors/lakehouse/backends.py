@@ -11,8 +11,8 @@ import pytest
 from deltalake import DeltaTable
 from java_cache import component
 
-from cdcflow.connectors.lakehouse.storage import Storage
-from cdcflow.connectors.lakehouse.table_io import DELTA_RS, DeltaRsBackend, TableBackend
+from cdcflow.connectors.lakehouse.delta.backend import DELTA_RS, DeltaRsBackend, TableBackend
+from cdcflow.connectors.lakehouse.delta.storage import Storage
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -26,7 +26,7 @@ def table_backend(
 ) -> TableBackend:
     if name == "delta-rs":
         return DeltaRsBackend(Storage(storage_options)) if storage_options else DELTA_RS
-    from cdcflow.connectors.lakehouse.spark_delta import SparkDeltaBackend
+    from cdcflow.connectors.lakehouse.spark_backend import SparkDeltaBackend
 
     return SparkDeltaBackend(spark)
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from cdcflow.connectors.lakehouse import key_state
+from cdcflow.connectors.lakehouse.delta import key_state
 
 MESSAGE = "the driver died before the state commit"
 

@@ -15,8 +15,8 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdcflow.connectors.errors import ConnectorOptionError
-from cdcflow.connectors.lakehouse.delta_sink import DeltaSink, apply_changes, apply_options
 from cdcflow.connectors.lakehouse.ingest import IngestConfig, ingest
+from cdcflow.connectors.lakehouse.sink import DeltaSink, apply_changes, apply_options
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string()), ("_row_kind", pa.string())])
 

@@ -17,7 +17,7 @@ from state_crash import crash_before_next_state_commit
 from test_spec_002_materialize import ARRIVALS, R20
 
 from cdcflow.connectors.errors import ChangelogConsistencyError, DeltaSchemaError
-from cdcflow.connectors.lakehouse.apply import ApplyOptions, DeltaChangeApplier, Materialize
+from cdcflow.connectors.lakehouse.delta.apply import ApplyOptions, DeltaChangeApplier, Materialize
 from cdcflow.core import Change
 
 ROW_KIND = "_row_kind"

@@ -25,7 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F  # noqa: N812 - Spark's convention
 
 from cdcflow.connectors.errors import ConnectorOptionError
-from cdcflow.connectors.lakehouse.delta_sink import apply_changes
+from cdcflow.connectors.lakehouse.sink import apply_changes
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,8 @@ from deltalake import DeltaTable
 from test_apply import KEY, ROW_KIND, rows, txn_versions
 
 from cdcflow.connectors.errors import ChangelogConsistencyError, ConnectorOptionError
-from cdcflow.connectors.lakehouse.apply import ApplyOptions, DeltaChangeApplier, Materialize
-from cdcflow.connectors.lakehouse.control import OnTruncate
+from cdcflow.connectors.lakehouse.delta.apply import ApplyOptions, DeltaChangeApplier, Materialize
+from cdcflow.connectors.lakehouse.delta.control import OnTruncate
 
 CONTROL = "_control"
 SCHEMA = pa.schema(

@@ -35,7 +35,7 @@ from backends import Lake, delta_jars, delta_reader_rows, lake
 from bench_modules import bench_module
 from ingest_process import start_ingest, tail, wait_for, wait_session_gone
 
-from cdcflow.connectors.lakehouse.delta_sink import STATE_DIR
+from cdcflow.connectors.lakehouse.sink import STATE_DIR
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

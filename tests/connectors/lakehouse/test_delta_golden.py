@@ -31,10 +31,10 @@ from golden_cases import TESTDATA, GoldenCase
 from pyspark.sql import SparkSession
 from test_read_recorded import CASES, expected, reader
 
-from cdcflow.connectors.lakehouse.apply import ApplyOptions, DeltaChangeApplier, Materialize
+from cdcflow.connectors.lakehouse.delta.apply import ApplyOptions, DeltaChangeApplier, Materialize
+from cdcflow.connectors.lakehouse.delta.backend import TableBackend
 from cdcflow.connectors.lakehouse.ingest import IngestConfig, ingest
-from cdcflow.connectors.lakehouse.table_io import TableBackend
-from cdcflow.connectors.replay import read_messages
+from cdcflow.connectors.replay.dumps import read_messages
 from cdcflow.core import RowKind
 from cdcflow.formats import render_change, resolve_format
 

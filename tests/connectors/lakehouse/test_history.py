@@ -12,7 +12,7 @@ import pytest
 from deltalake import DeltaTable
 
 from cdcflow.connectors.errors import ChangelogConsistencyError, ConnectorOptionError
-from cdcflow.connectors.lakehouse.history import DeltaHistoryWriter
+from cdcflow.connectors.lakehouse.delta.history import DeltaHistoryWriter
 from cdcflow.core import Change, Version, versions_of
 
 if TYPE_CHECKING:

@@ -16,18 +16,18 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdcflow.cli import _parser
-from cdcflow.connectors import readers
 from cdcflow.connectors.lakehouse import ingest as ingest_module
 from cdcflow.connectors.lakehouse import ingest_defaults
-from cdcflow.connectors.lakehouse.control import OnTruncate
-from cdcflow.connectors.lakehouse.delta_sink import SinkProgress
+from cdcflow.connectors.lakehouse.delta.control import OnTruncate
+from cdcflow.connectors.lakehouse.delta.storage import Storage
 from cdcflow.connectors.lakehouse.ingest import IngestConfig, IngestSummary, ingest
 from cdcflow.connectors.lakehouse.ingest_defaults import (
     DEFAULT_MAX_BYTES_PER_TRIGGER,
     DEFAULT_MAX_OFFSETS_PER_TRIGGER,
     LEGACY_FILE_RECORDS_PER_PARTITION,
 )
-from cdcflow.connectors.lakehouse.storage import Storage
+from cdcflow.connectors.lakehouse.sink import SinkProgress
+from cdcflow.connectors.spark import readers
 from cdcflow.core import CdcflowError, Change, RowKind
 from cdcflow.ingest_cli import config_from, settings
 

@@ -25,10 +25,10 @@ from deltalake import DeltaTable
 from ingest_process import tail, wait_session_gone
 from pyspark.sql import SparkSession
 
-from cdcflow.connectors.lakehouse.delta_sink import checkpoint_query_id, collect
+from cdcflow.connectors.lakehouse.delta.pending import PENDING_DIR, PendingBatches
+from cdcflow.connectors.lakehouse.delta.storage import LOCAL
 from cdcflow.connectors.lakehouse.ingest import HANDOFF_DIRECTORY, IngestConfig, ingest
-from cdcflow.connectors.lakehouse.pending import PENDING_DIR, PendingBatches
-from cdcflow.connectors.lakehouse.storage import LOCAL
+from cdcflow.connectors.lakehouse.sink import checkpoint_query_id, collect
 from cdcflow.core import CdcflowError
 
 history = bench_module("cdc_history")
@@ -40,7 +40,7 @@ KILLED_BATCH = 2
 CHILD = """
 import runpy, sys, time
 from pathlib import Path
-from cdcflow.connectors.lakehouse import apply
+from cdcflow.connectors.lakehouse.delta import apply
 
 checkpoint, marker, batch = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 original = apply.DeltaChangeApplier.apply

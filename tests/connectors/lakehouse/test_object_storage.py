@@ -20,14 +20,14 @@ from deltalake import DeltaTable, write_deltalake
 from s3_server import SECRET_KEY, Bucket, S3Server
 
 from cdcflow.connectors.errors import ConnectorOptionError, SparkSetupError
-from cdcflow.connectors.lakehouse import app_identity
-from cdcflow.connectors.lakehouse.apply import ApplyOptions, DeltaChangeApplier, Materialize
-from cdcflow.connectors.lakehouse.delta_io import read_table
-from cdcflow.connectors.lakehouse.delta_sink import DeltaSink, apply_options
+from cdcflow.connectors.lakehouse.delta import app_identity
+from cdcflow.connectors.lakehouse.delta.apply import ApplyOptions, DeltaChangeApplier, Materialize
+from cdcflow.connectors.lakehouse.delta.backend import DeltaRsBackend
+from cdcflow.connectors.lakehouse.delta.storage import Storage
+from cdcflow.connectors.lakehouse.delta.tables import read_table
 from cdcflow.connectors.lakehouse.ingest import IngestConfig
+from cdcflow.connectors.lakehouse.sink import DeltaSink, apply_options
 from cdcflow.connectors.lakehouse.spark_storage import hadoop_settings, require_filesystem
-from cdcflow.connectors.lakehouse.storage import Storage
-from cdcflow.connectors.lakehouse.table_io import DeltaRsBackend
 from cdcflow.formats.redact import PLACEHOLDER
 
 if TYPE_CHECKING:

@@ -12,8 +12,13 @@ import pytest
 from deltalake import DeltaTable
 
 from cdcflow.connectors.errors import ConnectorOptionError
-from cdcflow.connectors.lakehouse.apply import ApplyOptions, BatchApplied, DeltaChangeApplier, Materialize
-from cdcflow.connectors.lakehouse.key_state import STATE_RESTART
+from cdcflow.connectors.lakehouse.delta.apply import (
+    ApplyOptions,
+    BatchApplied,
+    DeltaChangeApplier,
+    Materialize,
+)
+from cdcflow.connectors.lakehouse.delta.key_state import STATE_RESTART
 
 ROW_KIND = "_row_kind"
 SCHEMA = pa.schema(

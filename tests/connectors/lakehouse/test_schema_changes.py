@@ -16,8 +16,8 @@ from pyspark.sql import SparkSession
 
 from cdcflow.connectors.errors import ConnectorOptionError, SchemaChangedError, schema_change
 from cdcflow.connectors.lakehouse.ingest import IngestConfig, ingest
-from cdcflow.connectors.read_plan import plan_read
-from cdcflow.connectors.replay import write_dump
+from cdcflow.connectors.replay.dumps import write_dump
+from cdcflow.connectors.spark.read_plan import plan_read
 from cdcflow.formats import Message
 
 TOPIC = "shop.inventory.items"

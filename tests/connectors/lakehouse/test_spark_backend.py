@@ -18,10 +18,10 @@ from pyspark.sql import SparkSession
 from state_crash import crash_before_next_state_commit
 
 from cdcflow.connectors.errors import ConnectorOptionError, SparkSetupError
-from cdcflow.connectors.lakehouse.apply import ApplyOptions, DeltaChangeApplier
+from cdcflow.connectors.lakehouse.delta.apply import ApplyOptions, DeltaChangeApplier
+from cdcflow.connectors.lakehouse.delta.backend import DELTA_RS, TableBackend
 from cdcflow.connectors.lakehouse.ingest import IngestConfig
-from cdcflow.connectors.lakehouse.spark_delta import SparkDeltaBackend, delta_jars
-from cdcflow.connectors.lakehouse.table_io import DELTA_RS, TableBackend
+from cdcflow.connectors.lakehouse.spark_backend import SparkDeltaBackend, delta_jars
 
 pytestmark = pytest.mark.integration
 
@@ -250,7 +250,7 @@ def test_delta_rs_tables_with_timestamp_ntz_and_not_null_keys_read_on_spark(
     ``invariants`` feature, which Delta Lake on Spark refuses (DELTA_FEATURES_PROTOCOL_METADATA_MISMATCH)."""
     from datetime import datetime
 
-    from cdcflow.connectors.lakehouse.delta_schema import conform, create_table
+    from cdcflow.connectors.lakehouse.delta.schema import conform, create_table
 
     path = str(tmp_path / "table")
     ntz = pa.field("at", pa.timestamp("us"))

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from cdcflow.connectors.errors import ConnectorOptionError
-from cdcflow.connectors.lakehouse.history import DeltaHistoryWriter
+from cdcflow.connectors.lakehouse.delta.history import DeltaHistoryWriter
 from cdcflow.connectors.lakehouse.versioned_frames import as_of, latest_by_key, read_delta, temporal_join
 from cdcflow.core import deduplicate_latest
 

@@ -21,9 +21,8 @@ for folder in (_HERE, _HERE.parent, _HERE.parent / "lakehouse"):
 
 from connect_worker import ConnectWorker  # noqa: E402
 from kafka_broker import KafkaBroker  # noqa: E402
+from kafka_mock import MockKafkaCluster  # noqa: E402
 from postgres_server import PG_BIN, PostgresServer  # noqa: E402
-
-from cdcflow.connectors.kafka_mock import MockKafkaCluster  # noqa: E402
 
 
 @pytest.fixture(scope="session")

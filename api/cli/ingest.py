@@ -11,7 +11,17 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cdcflow.cli import DUMP_EXAMPLE, CdcflowUsageError, kafka_timeout_option, key_values
+from cdcflow.cli.common import (
+    DUMP_EXAMPLE,
+    DURATION_HELP,
+    CdcflowUsageError,
+    add_input_flags,
+    kafka_timeout_option,
+    key_values,
+    merge_columns,
+    parse_duration,
+    spark_interval,
+)
 from cdcflow.formats.redact import redact, shown_entry
 
 DEMO_DIR = "cdcflow-demo"
@@ -43,31 +53,34 @@ SETTINGS = (
 )
 
 
-def add_parser(commands: Any) -> None:
-    ingest = commands.add_parser(
-        "ingest",
-        help="the main job: apply a CDC topic or recording to a Delta table, exactly once",
-        description="Read a CDC topic (Kafka) or a recorded topic dump with a cdc-* Spark source and apply "
-        "its changelog to a Delta table by primary key, one merge per micro-batch, exactly once across "
-        "restarts from the checkpoint. Without input it ingests the bundled recording of real Debezium "
-        f"events from PostgreSQL into ./{DEMO_DIR}/table and prints the table.",
+HELP = "the main job: apply a CDC topic or recording to a Delta table, exactly once"
+DESCRIPTION = (
+    "Read a CDC topic (Kafka) or a recorded topic dump with a cdc-* Spark source and apply "
+    "its changelog to a Delta table by primary key, one merge per micro-batch, exactly once across "
+    "restarts from the checkpoint. Without input it ingests the bundled recording of real Debezium "
+    f"events from PostgreSQL into ./{DEMO_DIR}/table and prints the table."
+)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="a TOML file with these settings (flags win)")
+    add_input_flags(
+        parser,
+        path_help="recorded files: a topic dump or envelopes (default: the bundled recording, as a demo)",
+        format_help="debezium-json (default), debezium-avro-confluent, canal-json, ...",
+        option_help="an option of the cdc-* source: connector (maxOffsetsPerTrigger=10000), Kafka "
+        "(kafka.*, startingOffsets=...) or format (schema-include=true) keys; repeatable",
     )
-    ingest.add_argument("--config", metavar="FILE", help="a TOML file with these settings (flags win)")
-    ingest.add_argument("--format", help="debezium-json (default), debezium-avro-confluent, canal-json, ...")
-    ingest.add_argument("--path", metavar="FILE_OR_DIR", help="recorded files: a topic dump or envelopes")
-    ingest.add_argument("--bootstrap-servers", metavar="HOSTS", help="read Kafka instead")
-    ingest.add_argument("--topic", action="append", metavar="T", help="a Kafka topic; repeatable")
-    ingest.add_argument("--schema", metavar="DDL", help="the table's columns: 'id INT NOT NULL, name STRING'")
-    ingest.add_argument("--key", metavar="COLS", help="primary key columns, comma separated")
-    ingest.add_argument(
+    parser.add_argument("--key", metavar="COLS", help="primary key columns, comma separated")
+    parser.add_argument(
         "--target",
         metavar="DELTA_PATH",
         help="the Delta table (created on first write): a path, or s3://, abfss://, gs:// ...",
     )
-    ingest.add_argument(
+    parser.add_argument(
         "--checkpoint", metavar="DIR", help="the query's checkpoint (and key state): a path or s3a:// ..."
     )
-    ingest.add_argument(
+    parser.add_argument(
         "--storage-option",
         action="append",
         default=[],
@@ -75,70 +88,58 @@ def add_parser(commands: Any) -> None:
         help="an object store option as delta-rs takes it: AWS_REGION=eu-west-1, AWS_ENDPOINT_URL=..., "
         "AZURE_STORAGE_ACCOUNT_NAME=...; repeatable (the environment's AWS_*, AZURE_* variables count too)",
     )
-    ingest.add_argument(
-        "--option",
-        action="append",
-        default=[],
-        metavar="K=V",
-        help="a source or format option: schema-include=true, maxOffsetsPerTrigger=10000, ...; repeatable",
+    parser.add_argument("--trigger", choices=["available-now", "continuous"], help="default available-now")
+    parser.add_argument(
+        "--interval", metavar="DURATION", help="micro-batch interval under --trigger continuous (default 1s)"
     )
-    ingest.add_argument("--trigger", choices=["available-now", "continuous"], help="default available-now")
-    ingest.add_argument(
-        "--interval", help="micro-batch interval under --trigger continuous (default 1 second)"
-    )
-    ingest.add_argument(
+    parser.add_argument(
         "--sequence-by",
         metavar="COLUMN",
         help="order each key's changes by this column (Debezium default: the log position); 'none' = off",
     )
-    ingest.add_argument("--materialize", choices=["auto", "force", "none"], help="upsert materialization")
-    ingest.add_argument("--upsert-key", metavar="COLS", help="the changelog's upsert key (default: --key)")
-    ingest.add_argument("--delete-retention", metavar="SECONDS", help="tombstones kept (default 7 days)")
-    ingest.add_argument("--state-ttl", metavar="SECONDS", help="key state kept after its last change")
-    ingest.add_argument("--app-id", help="Delta application id (default: from the checkpoint's query id)")
-    ingest.add_argument(
+    parser.add_argument("--materialize", choices=["auto", "force", "none"], help="upsert materialization")
+    parser.add_argument("--upsert-key", metavar="COLS", help="the changelog's upsert key (default: --key)")
+    parser.add_argument("--delete-retention", metavar="DURATION", help="tombstones kept (default 7d)")
+    parser.add_argument(
+        "--state-ttl", metavar="DURATION", help=f"key state kept after its last change ({DURATION_HELP})"
+    )
+    parser.add_argument("--app-id", help="Delta application id (default: from the checkpoint's query id)")
+    parser.add_argument(
         "--on-truncate",
         choices=["apply", "ignore", "fail"],
         help="a TRUNCATE of the source table: apply (default) empties the Delta table, exactly once; "
         "ignore keeps its rows (logged); fail stops the job",
     )
-    ingest.add_argument(
+    parser.add_argument(
         "--max-offsets-per-trigger",
         metavar="N",
         help="Kafka: at most N records per micro-batch (default 100000; 0 = no limit)",
     )
-    ingest.add_argument(
+    parser.add_argument(
         "--max-bytes-per-trigger",
         metavar="BYTES",
         help="recorded files: about BYTES of input per micro-batch (default 64 MiB; 0 = no limit)",
     )
-    ingest.add_argument(
-        "--kafka-timeout",
-        type=float,
-        metavar="SECONDS",
-        help="give up on unreachable Kafka brokers after SECONDS (default 30); the option "
-        "kafkaConsumer.pollTimeoutMs sets it in milliseconds",
-    )
-    ingest.add_argument(
+    parser.add_argument(
         "--backend",
         choices=["delta-rs", "spark"],
         help="who merges into Delta: delta-rs in the driver (default), or Spark with Delta Lake's jars "
         "(delta-spark), the merge running on the executors",
     )
-    ingest.add_argument(
+    parser.add_argument(
         "--delta-jars",
         metavar="JARS",
         help="--backend spark in a local session: delta-spark's jars (files or folders, comma separated; "
         "default $CDCFLOW_DELTA_JARS); under spark-submit give --packages io.delta:delta-spark_2.13:4.4.0",
     )
-    ingest.add_argument(
+    parser.add_argument(
         "--jars",
         metavar="JARS",
         help="jars (files or folders, comma separated) the local Spark session loads, e.g. hadoop-aws's for "
         "a checkpoint on S3 (scripts/java_deps.sh hadoop-aws); default $CDCFLOW_JARS",
     )
-    ingest.add_argument("--show", action="store_true", help="print the table at the end (demo default)")
-    ingest.set_defaults(command=run)
+    parser.add_argument("--show", action="store_true", help="print the table at the end (demo default)")
+    parser.set_defaults(command=run)
 
 
 def settings(args: argparse.Namespace) -> dict[str, Any]:
@@ -153,6 +154,7 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
     storage = _flat_options(merged.pop("storage_options", None) or {})
     args.config_options = options | storage  # the file's secrets, for the error messages of the command line
     merged["options"] = options | key_values(args.option, "schema-include=true")
+    merge_columns(merged["options"], None, list(getattr(args, "metadata", None) or []))
     merged["storage_options"] = storage | _storage_options(getattr(args, "storage_option", None) or [])
     return merged
 
@@ -199,8 +201,8 @@ def _read_config(path: str) -> dict[str, Any]:
 
 def config_from(merged: dict[str, Any]) -> tuple[Any, bool]:
     """The :class:`IngestConfig`, and whether it is the embedded demo."""
-    from cdcflow.connectors.lakehouse.apply import Materialize
-    from cdcflow.connectors.lakehouse.control import OnTruncate
+    from cdcflow.connectors.lakehouse.delta.apply import Materialize
+    from cdcflow.connectors.lakehouse.delta.control import OnTruncate
     from cdcflow.connectors.lakehouse.ingest import IngestConfig
 
     demo = not merged.get("path") and not merged.get("bootstrap_servers")
@@ -214,7 +216,7 @@ def config_from(merged: dict[str, Any]) -> tuple[Any, bool]:
         if not merged.get(required):
             raise CdcflowUsageError(f"ingest needs --{required}")
     if merged.get("bootstrap_servers"):
-        kafka_timeout_option(merged["options"], _float(merged.get("kafka_timeout"), "kafka-timeout"))
+        kafka_timeout_option(merged["options"], _duration(merged.get("kafka_timeout"), "kafka-timeout", None))
     topics = merged.get("topic") or ()
     return (
         IngestConfig(
@@ -228,12 +230,14 @@ def config_from(merged: dict[str, Any]) -> tuple[Any, bool]:
             schema=merged.get("schema"),
             options=merged["options"],
             trigger=merged.get("trigger") or "available-now",
-            interval=merged.get("interval") or "1 second",
+            interval=_interval(merged.get("interval")),
             sequence_by=merged.get("sequence_by"),
             materialize=Materialize.parse(merged.get("materialize") or "auto"),
             upsert_key=_names(merged["upsert_key"]) if merged.get("upsert_key") else None,
-            delete_retention=_seconds(merged.get("delete_retention"), IngestConfig.delete_retention),
-            state_ttl=_seconds(merged.get("state_ttl"), None),
+            delete_retention=_duration(
+                merged.get("delete_retention"), "delete-retention", IngestConfig.delete_retention
+            ),
+            state_ttl=_duration(merged.get("state_ttl"), "state-ttl", None),
             app_id=merged.get("app_id"),
             on_truncate=OnTruncate.parse(merged.get("on_truncate") or "apply"),
             max_offsets_per_trigger=_count(merged.get("max_offsets_per_trigger")),
@@ -247,13 +251,19 @@ def config_from(merged: dict[str, Any]) -> tuple[Any, bool]:
     )
 
 
-def _float(value: Any, setting: str) -> float | None:
+def _duration(value: Any, setting: str, default: T) -> timedelta | T:
     if value is None:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        raise CdcflowUsageError(f"{setting}: expected a number of seconds, not {value!r}") from None
+        return default
+    return value if isinstance(value, timedelta) else parse_duration(value, setting)
+
+
+def _interval(value: Any) -> str:
+    """The trigger interval as Spark takes it; a Spark string (``1 second``) is passed on unchanged."""
+    if value is None:
+        return "1 second"
+    duration = _duration(value, "interval", timedelta(seconds=1))
+    text = str(value).strip()
+    return text if isinstance(value, str) and " " in text else spark_interval(duration)
 
 
 def _names(value: Any) -> tuple[str, ...]:
@@ -273,18 +283,9 @@ def _count(value: Any) -> int | None:
     return number
 
 
-def _seconds(value: Any, default: T) -> timedelta | T:
-    if value is None:
-        return default
-    try:
-        return timedelta(seconds=float(value))
-    except ValueError:
-        raise CdcflowUsageError(f"expected a number of seconds, not {value!r}") from None
-
-
 def run(args: argparse.Namespace) -> int:
-    from cdcflow.connectors.job import check_local_dir, check_source, spark_errors
     from cdcflow.connectors.lakehouse.ingest import ingest
+    from cdcflow.connectors.spark.jobs import check_local_dir, check_source, spark_errors
 
     config, demo = config_from(settings(args))
     source = config.path or f"{config.bootstrap_servers} {','.join(config.topics)}"
@@ -304,9 +305,9 @@ def run(args: argparse.Namespace) -> int:
 def print_table(target: str, key: tuple[str, ...], storage_options: Mapping[str, str] | None = None) -> None:
     from deltalake import DeltaTable
 
-    from cdcflow.connectors.lakehouse.delta_io import read_table
-    from cdcflow.connectors.lakehouse.storage import Storage
-    from cdcflow.core.flinkstr import format_value
+    from cdcflow.connectors.lakehouse.delta.storage import Storage
+    from cdcflow.connectors.lakehouse.delta.tables import read_table
+    from cdcflow.core.render import format_value
 
     storage = Storage(dict(storage_options or {}))
     table = DeltaTable(target, storage_options=storage.table_options())
