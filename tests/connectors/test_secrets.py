@@ -444,7 +444,7 @@ def test_the_ingest_config_files_options_are_read_as_keys_and_never_shown(tmp_pa
     """TOML reads ``kafka.sasl.password = ...`` in ``[options]`` as nested tables: they become the
     dotted option, not an option ``kafka`` whose value shows the password."""
     from cdcflow.cli import _parser
-    from cdcflow.ingest_cli import config_from, settings
+    from cdcflow.cli.ingest import config_from, settings
 
     (tmp_path / "ingest.toml").write_text(TOML)
     args = _parser().parse_args(["ingest", "--config", str(tmp_path / "ingest.toml"), "--path", "x"])

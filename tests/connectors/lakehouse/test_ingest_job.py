@@ -16,6 +16,7 @@ from deltalake import DeltaTable
 from pyspark.sql import SparkSession
 
 from cdcflow.cli import _parser
+from cdcflow.cli.ingest import config_from, settings
 from cdcflow.connectors.lakehouse import ingest as ingest_module
 from cdcflow.connectors.lakehouse import ingest_defaults
 from cdcflow.connectors.lakehouse.delta.control import OnTruncate
@@ -29,7 +30,6 @@ from cdcflow.connectors.lakehouse.ingest_defaults import (
 from cdcflow.connectors.lakehouse.sink import SinkProgress
 from cdcflow.connectors.spark import readers
 from cdcflow.core import CdcflowError, Change, RowKind
-from cdcflow.ingest_cli import config_from, settings
 
 
 def fold(changes: list[Change], key: str) -> dict[Any, dict[str, Any]]:

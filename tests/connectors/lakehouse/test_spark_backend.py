@@ -219,7 +219,7 @@ def test_ingest_with_the_spark_back_end_and_no_delta_jars_says_how_to_supply_the
 
 def test_the_back_end_is_chosen_by_flag_or_config_file_and_defaults_to_delta_rs(tmp_path: Path) -> None:
     from cdcflow.cli import _parser
-    from cdcflow.ingest_cli import config_from, settings
+    from cdcflow.cli.ingest import config_from, settings
 
     def config(*argv: str) -> IngestConfig:
         parsed = _parser().parse_args(
