@@ -5,8 +5,14 @@
   parses with ``cdcflow.cli.parser()`` and uses no deprecated spelling.
 - The commands that need nothing but this repository run from its root as ``python -m cdcflow ...``
   (the Spark ones marked ``integration``; ``--target`` / ``--checkpoint`` redirected into a temporary
-  directory). The ones that need Kafka, a cluster, an object store or the reader's own file are skipped
-  with their reason, and the counts of both are pinned, so no command goes unnoticed.
+  directory).
+- The commands that need Kafka run against the test session's broker (``kafka_cluster``, marked
+  ``integration``), on topics filled with real Debezium envelopes beforehand, with the adaptations
+  listed in ``KAFKA_ADAPTATIONS`` and nothing else; ``--trigger continuous`` stays continuous (new
+  changes arrive while it runs, then it is stopped with Ctrl-C). Their outcomes are checked: the dump's
+  records, the changelog's lines with their ``topic/partition@offset``, the Delta table's rows.
+- The ones that need a cluster, an object store or the reader's own file are skipped with their
+  reason, and the counts of run and skipped are pinned, so no command goes unnoticed.
 - Every ```python block's imports import; the blocks that need no Spark, Kafka or Delta run whole
   and print or return what the docs say.
 """
@@ -18,19 +24,29 @@ import ast
 import contextlib
 import io
 import json
+import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+# The session Kafka cluster fixture lives with the connector tests.
+sys.path.insert(0, str(Path(__file__).resolve().parent / "connectors"))
+
+from kafka_fixture import KafkaCluster, kafka_cluster, unique_topic  # noqa: E402, F401 - a session fixture
+
+from cdcflow.formats import Message  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
@@ -38,8 +54,8 @@ DOCS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
 # What the docs hold today. A command added, removed or moved between "run" and "skipped" changes
 # these on purpose: update them together with the docs.
 EXPECTED_COMMANDS = 21
-EXPECTED_RUN = 8
-EXPECTED_SKIPPED = 13
+EXPECTED_RUN = 16  # 8 of them against the session's Kafka broker
+EXPECTED_SKIPPED = 5
 EXPECTED_PYTHON_BLOCKS = 20
 
 SHELL_LANGUAGES = {"", "bash", "sh", "shell", "console"}
@@ -207,7 +223,8 @@ def test_command_parses_in_the_current_spelling(command: Command, capsys: pytest
 
 
 # ---------------------------------------------------------------------------------------------------
-# (b) the offline commands run; the others are skipped for a reason
+# (b) the offline commands run, the Kafka ones against the session's broker; the others are skipped
+#     for a reason
 
 
 @dataclass(frozen=True)
@@ -215,6 +232,11 @@ class Disposition:
     command: Command
     skip: str | None = None
     spark: bool = False
+    kafka: bool = False
+    recorder: Command | None = None  # the `record` whose output this command reads: run first
+
+
+_OBJECT_STORES = ("s3://", "s3a://", "abfss://", "gs://")
 
 
 def _recorded_outputs() -> dict[str, Command]:
@@ -223,15 +245,18 @@ def _recorded_outputs() -> dict[str, Command]:
 
 def _disposition(command: Command, seen: dict[tuple[str, ...], Command]) -> Disposition:
     args = command.args
+    spark = args[0] in {"stream", "ingest"}
     if command.spark_submit:
         return Disposition(command, "spark-submit on a cluster (tests/connectors/cluster/test_deploy.py)")
     if "--help" in args or "-h" in args:
         return Disposition(command, "help text")
     servers = _flag(args, "--bootstrap-servers")
+    where = [value for value in args if value.startswith(_OBJECT_STORES)]
+    if where:
+        also = f" and a Kafka broker ({servers})" if servers else ""
+        return Disposition(command, f"needs object storage ({', '.join(where)}){also}")
     if args[0] == "record" or servers:
-        where = [value for value in args if value.startswith(("s3://", "s3a://", "abfss://", "gs://"))]
-        also = f" and object storage ({', '.join(where)})" if where else ""
-        return Disposition(command, f"needs a Kafka broker ({servers}){also}")
+        return Disposition(command, spark=spark, kafka=True)
     config = _flag(args, "--config")
     if config and not (ROOT / config).exists():
         return Disposition(command, f"{config} is the reader's own settings file")
@@ -239,13 +264,13 @@ def _disposition(command: Command, seen: dict[tuple[str, ...], Command]) -> Disp
     if path and path != "-" and not (ROOT / path).exists():
         recorder = _recorded_outputs().get(path)
         if recorder is not None:
-            return Disposition(command, f"needs Kafka: reads {path}, which `record` ({recorder.id}) writes")
+            return Disposition(command, spark=spark, kafka=True, recorder=recorder)
         return Disposition(command, f"{path} stands for the reader's own file")
     key = _redirected(args, Path("TMP"))
     if key in seen:
         return Disposition(command, f"the same command as {seen[key].id}, run there")
     seen[key] = command
-    return Disposition(command, spark=args[0] in {"stream", "ingest"})
+    return Disposition(command, spark=spark)
 
 
 def _redirected(args: tuple[str, ...], tmp: Path) -> tuple[str, ...]:
@@ -272,7 +297,10 @@ DISPOSITIONS = _dispositions()
 
 
 def test_every_command_runs_or_is_skipped_for_a_reason() -> None:
-    table = "\n".join(f"{d.command.id}: {d.skip or 'run'}: {d.command.text}" for d in DISPOSITIONS)
+    def what(d: Disposition) -> str:
+        return d.skip or ("run against Kafka" if d.kafka else "run")
+
+    table = "\n".join(f"{d.command.id}: {what(d)}: {d.command.text}" for d in DISPOSITIONS)
     counts = Counter("skip" if d.skip else "run" for d in DISPOSITIONS)
     assert (counts["run"], counts["skip"]) == (EXPECTED_RUN, EXPECTED_SKIPPED), table
 
@@ -280,7 +308,7 @@ def test_every_command_runs_or_is_skipped_for_a_reason() -> None:
 def _params() -> list[Any]:
     params = []
     for d in DISPOSITIONS:
-        marks = [pytest.mark.integration] if d.spark else []
+        marks = [pytest.mark.integration] if d.spark or d.kafka else []
         params.append(pytest.param(d, marks=marks, id=f"{d.command.id}-{d.command.args[0]}"))
     return params
 
@@ -292,21 +320,28 @@ def _claims(comment: str) -> list[str]:
     return claims
 
 
-@pytest.mark.parametrize("disposition", _params())
-def test_command_runs(disposition: Disposition, tmp_path: Path) -> None:
-    command = disposition.command
-    if disposition.skip:
-        pytest.skip(disposition.skip)
-    args = _redirected(command.args, tmp_path)
-    result = subprocess.run(  # noqa: S603 - our own module, the docs' arguments
+def _run_cli(args: tuple[str, ...], spark: bool) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(  # noqa: S603 - our own module, the docs' arguments
         [sys.executable, "-m", "cdcflow", *args],
         capture_output=True,
         text=True,
         cwd=ROOT,
         stdin=subprocess.DEVNULL,
-        timeout=600 if disposition.spark else 120,
+        timeout=600 if spark else 120,
         check=False,
     )
+
+
+@pytest.mark.parametrize("disposition", _params())
+def test_command_runs(disposition: Disposition, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    command = disposition.command
+    if disposition.skip:
+        pytest.skip(disposition.skip)
+    if disposition.kafka:
+        _run_with_kafka(disposition, request.getfixturevalue("kafka_cluster"), tmp_path)
+        return
+    args = _redirected(command.args, tmp_path)
+    result = _run_cli(args, disposition.spark)
     shown = f"{command.id}: {command.text}\nout:\n{result.stdout[-3000:]}\nerr:\n{result.stderr[-3000:]}"
     assert result.returncode == 0, shown
     assert result.stdout.strip(), shown
@@ -324,6 +359,422 @@ def test_command_runs(disposition: Disposition, tmp_path: Path) -> None:
         assert (tmp_path / "table" / "_delta_log").is_dir(), shown
         assert "cdcflow ingest: done:" in result.stderr and " 0 dead letter(s)" in result.stderr, shown
         assert re.search(r"^Delta table .* rows\)", result.stdout, re.M), shown  # the demo prints the table
+
+
+# ---------------------------------------------------------------------------------------------------
+# (b, Kafka) the Kafka commands against the session's broker
+
+# What a Kafka command of the docs is changed in, and nothing else (each run lists the ones it made in
+# any failure's message):
+KAFKA_ADAPTATIONS = (
+    "--bootstrap-servers (localhost:9092, HOST:PORT, ...) is the session broker's address",
+    "each topic is a new one, unique to the test (--topic and the topic names of the subscribe, "
+    "startingOffsets, endingOffsets and assign options alike), created with the partitions the "
+    "command names (else one) and filled with real Debezium envelopes before the command runs",
+    "--output, --target and --checkpoint write under the test's temporary directory",
+    "a --path that a `record` of the docs writes (orders.dump.jsonl) is that record's output, "
+    "recorded first in the same test",
+    "--option kafka.security.protocol=SSL is left out: the session broker listens in plaintext",
+)
+
+# Real Debezium envelopes for the docs' topics, chosen by how the command reads them:
+# - with schemas (`schema-include=true`), and what `record` records: the bundled recording of Debezium
+#   3.6 on PostgreSQL 15 (25 column types, keys, headers, updates, deletes and their tombstones);
+# - without schemas, under a --schema of Debezium's tutorial table inventory.products: Flink's test
+#   data of Debezium 1.1 on MySQL for that table (topic dbserver1.inventory.products).
+BUNDLED_DUMP = ROOT / "api/examples/postgres-debezium.dump.jsonl"
+PRODUCTS = ROOT / "tests/formats/testdata/flink/debezium-data-schema-exclude.txt"
+_KINDS = {"c": ["+I"], "r": ["+I"], "u": ["-U", "+U"], "d": ["-D"]}
+_LINE = re.compile(r"^(?P<topic>\S+)/(?P<partition>\d+)@(?P<offset>\d+) (?P<shown>.*)$")
+_CONTINUOUS_WAIT_S = 300
+
+
+@dataclass
+class KafkaRun:
+    """A docs command made ready to run against the session's broker."""
+
+    args: tuple[str, ...]
+    topics: dict[str, str] = field(default_factory=dict)  # the docs' name -> the test's
+    starts: dict[str, dict[int, int]] = field(default_factory=dict)  # test topic -> partition -> start
+    adaptations: list[str] = field(default_factory=list)
+    planned: list[Message] = field(default_factory=list)  # what the topics hold, with coordinates
+    source: str = ""  # where the envelopes come from
+
+    def shown(self, command: Command, result: Any = None) -> str:
+        text = f"{command.id}: {command.text}\nran: {shlex.join(self.args)}\nadapted: " + "; ".join(
+            self.adaptations
+        )
+        if result is not None:
+            text += (
+                f"\nexit {result.returncode}\nout:\n{result.stdout[-3000:]}\nerr:\n{result.stderr[-3000:]}"
+            )
+        return text
+
+
+def _pairs(args: tuple[str, ...]) -> list[str]:
+    """``args`` with every ``--flag=value`` as two tokens."""
+    out: list[str] = []
+    for arg in args:
+        if arg.startswith("--") and "=" in arg:
+            out += arg.split("=", 1)
+        else:
+            out.append(arg)
+    return out
+
+
+def _options(args: tuple[str, ...]) -> dict[str, str]:
+    tokens = _pairs(args)
+    entries = [value for flag, value in zip(tokens, tokens[1:], strict=False) if flag == "--option"]
+    return {key.strip().lower(): value for key, _, value in (entry.partition("=") for entry in entries)}
+
+
+def _bundled() -> list[Message]:
+    from cdcflow.connectors.replay.dumps import read_messages
+
+    return [
+        Message(m.value, m.key, timestamp_ms=m.timestamp_ms, headers=m.headers)
+        for m in read_messages(str(BUNDLED_DUMP))
+    ]
+
+
+def _products() -> list[Message]:
+    return [Message(line) for line in PRODUCTS.read_bytes().splitlines() if line.strip()]
+
+
+def _payload(message: Message) -> dict[str, Any] | None:
+    """The Debezium envelope of ``message`` (its ``payload`` when it has a schema); None for a tombstone."""
+    if message.value is None:
+        return None
+    envelope: dict[str, Any] = json.loads(message.value)
+    return envelope["payload"] if set(envelope) == {"schema", "payload"} else envelope
+
+
+def _columns(schema: str) -> list[str]:
+    return [column.split()[0].strip("`") for column in schema.split(",")]
+
+
+def _envelopes(args: tuple[str, ...]) -> tuple[str, list[Message]]:
+    options = _options(args)
+    include = options.get("schema-include", options.get("debezium-json.schema-include", "false"))
+    if args[0] == "record" or include.strip().lower() == "true":
+        return str(BUNDLED_DUMP.relative_to(ROOT)), _bundled()
+    schema = _flag(args, "--schema")
+    assert schema is not None, (
+        f"no envelopes chosen for a command reading without schemas or --schema: {args}"
+    )
+    messages = _products()
+    after = _payload(messages[0])
+    assert after is not None and set(_columns(schema)) <= set(after["after"]), (schema, after)
+    return str(PRODUCTS.relative_to(ROOT)), messages
+
+
+def _kafka_run(args: tuple[str, ...], tmp: Path, bootstrap: str) -> KafkaRun:
+    """``args`` adapted as KAFKA_ADAPTATIONS says, with the topics' planned contents."""
+    run = KafkaRun(args)
+    source, envelopes = _envelopes(args)
+
+    def rename(topic: str) -> str:
+        if topic not in run.topics:
+            run.topics[topic] = unique_topic(re.sub(r"[^\w.-]", "-", topic))
+            run.starts[run.topics[topic]] = {0: -2}
+        return run.topics[topic]
+
+    def option(entry: str) -> str | None:
+        key, _, value = entry.partition("=")
+        lowered = key.strip().lower()
+        if lowered == "kafka.security.protocol" and value.strip().upper() != "PLAINTEXT":
+            run.adaptations.append(f"--option {entry} left out (the session broker listens in plaintext)")
+            return None
+        if lowered == "subscribe":
+            return f"{key}={','.join(rename(topic.strip()) for topic in value.split(','))}"
+        if lowered in {"startingoffsets", "endingoffsets", "assign"} and value.strip().startswith("{"):
+            spec: dict[str, Any] = json.loads(value)
+            renamed = {rename(topic): partitions for topic, partitions in spec.items()}
+            for topic, partitions in renamed.items():
+                if lowered == "startingoffsets":
+                    run.starts[topic] = {int(p): int(offset) for p, offset in partitions.items()}
+                elif lowered == "assign":
+                    run.starts[topic] = {int(p): -2 for p in partitions}
+            return f"{key}={json.dumps(renamed, separators=(',', ':'))}"
+        return entry
+
+    tokens = _pairs(args)
+    out = [tokens[0]]
+    index = 1
+    while index < len(tokens):
+        flag, value = tokens[index], tokens[index + 1] if index + 1 < len(tokens) else ""
+        if flag == "--bootstrap-servers":
+            out += [flag, bootstrap]
+            run.adaptations.append(f"--bootstrap-servers {value} -> {bootstrap}")
+        elif flag == "--topic":
+            out += [flag, rename(value)]
+        elif flag == "--option":
+            kept = option(value)
+            out += [flag, kept] if kept is not None else []
+        elif flag == "--output":
+            out += [flag, str(tmp / Path(value).name)]
+            run.adaptations.append(f"--output {value} -> {out[-1]}")
+        else:
+            out.append(flag)
+            index += 1
+            continue
+        index += 2
+    run.args = _redirected(tuple(out), tmp)
+    if run.args[0] == "ingest":
+        run.adaptations.append(f"--target and --checkpoint -> {tmp / 'table'}, {tmp / 'checkpoint'}")
+    # Each partition holds the envelopes (as often as it takes to reach the offset the command starts at).
+    run.source = source
+    for doc_topic, topic in run.topics.items():
+        starts = run.starts[topic]
+        for partition in range(max(starts) + 1):
+            copies = 1 + max(starts.get(partition, -2), 0) // len(envelopes)
+            for offset, m in enumerate(m for _ in range(copies) for m in envelopes):
+                run.planned.append(
+                    Message(m.value, m.key, topic, partition, offset, m.timestamp_ms, m.headers)
+                )
+        count = sum(1 for m in run.planned if m.topic == topic)
+        run.adaptations.append(
+            f"topic {doc_topic} -> {topic}: {max(starts) + 1} partition(s), {count} envelopes of {source}"
+        )
+    return run
+
+
+_ADAPTED_FLAGS = {"--bootstrap-servers", "--topic", "--output", "--target", "--checkpoint"}
+
+
+def _as_written(args: tuple[str, ...], topics: dict[str, str]) -> list[str]:
+    """``args`` without the values KAFKA_ADAPTATIONS changes, the test's topic names read as the docs'."""
+    tokens = _pairs(args)
+    out: list[str] = []
+    for index, token in enumerate(tokens):
+        if index and tokens[index - 1] in _ADAPTED_FLAGS:
+            continue
+        if index and tokens[index - 1] == "--option":
+            if re.match(r"\s*kafka\.security\.protocol\s*=", token, re.I):
+                out.pop()  # the one option left out
+                continue
+            for doc_topic, topic in topics.items():
+                token = token.replace(topic, doc_topic)
+        out.append(token)
+    return out
+
+
+def test_kafka_commands_run_as_written_but_for_the_listed_adaptations(tmp_path: Path) -> None:
+    kafka = [d for d in DISPOSITIONS if d.kafka and d.recorder is None]
+    assert kafka, "no Kafka command in the docs"
+    for d in kafka:
+        run = _kafka_run(d.command.args, tmp_path, "127.0.0.1:1")
+        assert _as_written(run.args, run.topics) == _as_written(d.command.args, {}), run.shown(d.command)
+        assert (
+            "--bootstrap-servers" not in d.command.args
+            or _flag(run.args, "--bootstrap-servers") == "127.0.0.1:1"
+        )
+        for flag in ("--output", "--target", "--checkpoint"):
+            assert (value := _flag(run.args, flag)) is None or Path(value).is_relative_to(tmp_path), run.args
+        assert set(run.topics) and all(topic not in run.topics.values() for topic in run.topics), run.topics
+
+
+def _create_and_produce(cluster: KafkaCluster, run: KafkaRun, messages: list[Message]) -> None:
+    for topic in run.topics.values():
+        cluster.create_topic(topic, max(run.starts[topic]) + 1)
+    _produce(cluster, messages)
+
+
+def _produce(cluster: KafkaCluster, messages: list[Message]) -> None:
+    from cdcflow.connectors.kafka.producer import produce_messages
+
+    for topic in dict.fromkeys(m.topic for m in messages):
+        mine = [m for m in messages if m.topic == topic]
+        assert produce_messages(cluster.bootstrap_servers, mine, topic) == len(mine)
+
+
+def _run_with_kafka(disposition: Disposition, cluster: KafkaCluster, tmp: Path) -> None:
+    command = disposition.command
+    if disposition.recorder is not None:  # record first, then read what it wrote
+        recorded = _kafka_run(disposition.recorder.args, tmp, cluster.bootstrap_servers)
+        output = _record(disposition.recorder, recorded, cluster)
+        args = _pairs(command.args)
+        args[args.index("--path") + 1] = str(output)
+        run = KafkaRun(_redirected(tuple(args), tmp), adaptations=recorded.adaptations)
+        run.adaptations.append(
+            f"--path {_flag(command.args, '--path')} -> {output}, which {disposition.recorder.id} wrote"
+        )
+        from cdcflow.connectors.replay.dumps import read_messages
+
+        run.planned = list(read_messages(str(output)))
+        run.source = f"{output} ({recorded.source})"
+        _check_changelog_or_table(command, run, _run_cli(run.args, disposition.spark), tmp)
+        return
+    run = _kafka_run(command.args, tmp, cluster.bootstrap_servers)
+    if run.args[0] == "record":
+        _record(command, run, cluster)
+    elif _flag(run.args, "--trigger") == "continuous":
+        _run_continuous(command, run, cluster, tmp)
+    else:
+        _create_and_produce(cluster, run, run.planned)
+        _check_changelog_or_table(command, run, _run_cli(run.args, disposition.spark), tmp)
+
+
+def _record(command: Command, run: KafkaRun, cluster: KafkaCluster) -> Path:
+    """Run a docs `record` and check its dump holds what the topics hold from the start offsets on."""
+    from cdcflow.connectors.replay.dumps import read_messages
+
+    _create_and_produce(cluster, run, run.planned)
+    result = _run_cli(run.args, spark=False)
+    shown = run.shown(command, result)
+    assert result.returncode == 0, shown
+    assert "deprecated" not in result.stderr and "Traceback" not in result.stderr, shown
+    output = Path(_flag(run.args, "--output") or "")
+    wanted = [
+        m
+        for m in run.planned
+        if run.starts[m.topic or ""].get(m.partition or 0, -2) != -1
+        and (m.offset or 0) >= run.starts[m.topic or ""].get(m.partition or 0, -2)
+    ]
+    [topic] = run.topics.values()
+    partitions = max(run.starts[topic]) + 1
+    summary = f"cdcflow: recorded {len(wanted)} records from {partitions} partitions of {topic} to {output}"
+    assert summary in result.stderr.splitlines(), f"expected {summary!r}\n{shown}"
+
+    def seen(m: Message) -> tuple[Any, ...]:
+        return (m.topic, m.partition, m.offset, m.key, m.value, m.headers)
+
+    got = list(read_messages(str(output)))
+    wanted.sort(key=lambda m: (m.topic, m.partition, m.offset))
+    assert [seen(m) for m in got] == [seen(m) for m in wanted], shown
+    # the produced timestamps; where none was given (the bundled tombstones), the producer's CreateTime
+    stamps = [(w.timestamp_ms, g.timestamp_ms) for g, w in zip(got, wanted, strict=True)]
+    assert all(g == w if w is not None else g is not None and g > 0 for w, g in stamps), (stamps, shown)
+    return output
+
+
+def _expected_kinds(messages: list[Message]) -> Counter[str]:
+    kinds: Counter[str] = Counter()
+    for m in messages:
+        envelope = _payload(m)
+        if envelope is not None:
+            kinds.update(_KINDS[envelope["op"]])
+    return kinds
+
+
+def _strings(messages: list[Message]) -> set[str]:
+    """The string values of the rows of ``messages`` that hold a newline."""
+    found = set()
+    for m in messages:
+        envelope = _payload(m)
+        for row in (envelope or {}).get("before"), (envelope or {}).get("after"):
+            found |= {v for v in (row or {}).values() if isinstance(v, str) and "\n" in v}
+    return found
+
+
+def _final_rows(messages: list[Message], key: list[str]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """The rows of the source table after ``messages``, by key (what ingest's Delta table must hold)."""
+    rows: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for m in messages:
+        envelope = _payload(m)
+        if envelope is None:
+            continue
+        if envelope["op"] == "d":
+            rows.pop(tuple(envelope["before"][k] for k in key), None)
+        else:
+            rows[tuple(envelope["after"][k] for k in key)] = envelope["after"]
+    return rows
+
+
+def _table_rows(target: Path, key: list[str], columns: list[str]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(str(target)).to_pyarrow_table().to_pylist()
+    return {tuple(row[k] for k in key): {c: row[c] for c in columns} for row in rows}
+
+
+def _wanted_rows(run: KafkaRun, messages: list[Message]) -> tuple[list[str], list[str], dict[Any, Any]]:
+    """The key, the compared columns (the --schema's, else the key) and the rows the table must hold."""
+    key = [k.strip() for k in (_flag(run.args, "--key") or "").split(",") if k.strip()]
+    schema = _flag(run.args, "--schema")
+    columns = _columns(schema) if schema else key
+    rows = {k: {c: row[c] for c in columns} for k, row in _final_rows(messages, key).items()}
+    return key, columns, rows
+
+
+def _check_changelog_or_table(command: Command, run: KafkaRun, result: Any, tmp: Path) -> None:
+    shown = run.shown(command, result)
+    assert result.returncode == 0, shown
+    assert "deprecated" not in result.stderr and "Traceback" not in result.stderr, shown
+    if run.args[0] == "stream":
+        lines = result.stdout.split("\n")[:-1]
+        found = [_LINE.match(line) for line in lines]
+        # A string value is printed as it is (like Flink's Row.toString), so a row with a newline in a
+        # string goes on over the next line: the only lines without their topic/partition@offset.
+        pieces = tuple(piece for value in _strings(run.planned) for piece in value.split("\n")[1:])
+        strays = [line for line, f in zip(lines, found, strict=True) if f is None]
+        assert lines and all(line.startswith(pieces) for line in strays), (strays, shown)
+        changes = [f for f in found if f is not None and re.match(r"[+-][IUD]\[", f["shown"])]
+        where = {(f["topic"], int(f["partition"]), int(f["offset"])) for f in changes}
+        assert where == {(m.topic, m.partition, m.offset) for m in run.planned if m.value is not None}, shown
+        assert Counter(f["shown"][:2] for f in changes) == _expected_kinds(run.planned), shown
+    elif run.args[0] == "ingest":
+        assert "cdcflow ingest: done:" in result.stderr and " 0 dead letter(s)" in result.stderr, shown
+        key, columns, wanted = _wanted_rows(run, run.planned)
+        assert _table_rows(tmp / "table", key, columns) == wanted, shown
+        if "--show" in run.args:
+            printed = rf"^Delta table {re.escape(str(tmp / 'table'))} \(version \d+, {len(wanted)} rows\)"
+            assert re.search(printed, result.stdout, re.M), shown
+    else:
+        raise AssertionError(f"no check for {run.args[0]}: {shown}")
+
+
+def _run_continuous(command: Command, run: KafkaRun, cluster: KafkaCluster, tmp: Path) -> None:
+    """Start the ingest; the first half of the envelopes before, the rest once it has applied them; wait
+    for the table to hold all; stop it with Ctrl-C, as its user would; it stops cleanly with a summary."""
+    first, rest = run.planned[: len(run.planned) // 2], run.planned[len(run.planned) // 2 :]
+    _create_and_produce(cluster, run, first)
+    target = tmp / "table"
+    out_path, err_path = tmp / "ingest.stdout", tmp / "ingest.stderr"
+    with out_path.open("w") as out, err_path.open("w") as err:
+        process = subprocess.Popen(  # noqa: S603 - our own module, the docs' arguments
+            [sys.executable, "-m", "cdcflow", *run.args],
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            cwd=ROOT,
+            text=True,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + _CONTINUOUS_WAIT_S
+
+    def shown() -> str:
+        out, err = out_path.read_text()[-3000:], err_path.read_text()[-3000:]
+        return f"{run.shown(command)}\nexit {process.poll()}\nout:\n{out}\nerr:\n{err}"
+
+    def wait_for(messages: list[Message]) -> None:
+        key, columns, wanted = _wanted_rows(run, messages)
+        got: Any = None
+        while time.monotonic() < deadline:
+            assert process.poll() is None, f"ingest --trigger continuous ended by itself\n{shown()}"
+            if (target / "_delta_log").is_dir():
+                with contextlib.suppress(Exception):  # a table being created, a commit being written
+                    got = _table_rows(target, key, columns)
+                if got == wanted:
+                    return
+            time.sleep(1)
+        raise AssertionError(f"the table never held {wanted}, last {got}\n{shown()}")
+
+    try:
+        wait_for(first)
+        _produce(cluster, rest)
+        wait_for(run.planned)
+        os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C does: the whole process group
+        code = process.wait(timeout=180)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    stderr = err_path.read_text()
+    assert code == 0, shown()
+    assert "Traceback" not in stderr and "deprecated" not in stderr, shown()
+    assert "cdcflow ingest: done:" in stderr and " 0 dead letter(s)" in stderr, shown()
+    assert "interrupted (Ctrl-C)" in stderr, shown()
 
 
 # ---------------------------------------------------------------------------------------------------
