@@ -44,9 +44,10 @@ _UNITS = {
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*$", re.IGNORECASE)
 
 
-def parse_duration(text: Any, setting: str) -> timedelta:
+def parse_duration(text: Any, setting: str, *, zero: bool = False) -> timedelta:
     """One syntax for every duration of the command line and the config file: a number of seconds,
-    a number with a unit (``500ms``, ``30s``, ``5m``, ``1h``, ``7d``) or Spark's ``1 second``."""
+    a number with a unit (``500ms``, ``30s``, ``5m``, ``1h``, ``7d``) or Spark's ``1 second``; ``zero``
+    accepts 0 (a setting where 0 has a meaning)."""
     if isinstance(text, int | float) and not isinstance(text, bool):
         seconds = float(text)
     else:
@@ -57,14 +58,17 @@ def parse_duration(text: Any, setting: str) -> timedelta:
         if found is None or unit not in _UNITS:
             raise CdcflowUsageError(f"{setting}: expected {DURATION_HELP}, not {str(text)!r}")
         seconds = float(found.group(1)) * _UNITS[unit]
-    if not (seconds > 0 and math.isfinite(seconds)):
-        raise CdcflowUsageError(f"{setting} must be a positive duration, not {text!r}")
+    if not (math.isfinite(seconds) and (seconds > 0 or (zero and seconds == 0))):
+        raise CdcflowUsageError(f"{setting}: must be a positive duration, not {text!r}")
     return timedelta(seconds=seconds)
 
 
-def spark_interval(duration: timedelta) -> str:
-    """``duration`` as Spark's trigger interval text."""
-    return f"{round(duration.total_seconds() * 1000)} milliseconds"
+def spark_interval(duration: timedelta, setting: str) -> str:
+    """``duration`` as Spark's trigger interval text (whole milliseconds)."""
+    milliseconds = round(duration.total_seconds() * 1000)
+    if milliseconds < 1:
+        raise CdcflowUsageError(f"{setting}: at least 1ms, not {duration.total_seconds():g}s")
+    return f"{milliseconds} milliseconds"
 
 
 def kafka_timeout_option(options: dict[str, str], timeout: timedelta | None) -> None:

@@ -155,6 +155,8 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
     args.config_options = options | storage  # the file's secrets, for the error messages of the command line
     merged["options"] = options | key_values(args.option, "schema-include=true")
     merge_columns(merged["options"], None, list(getattr(args, "metadata", None) or []))
+    if merged.get("schema") and any(key.strip().lower() == "columns" for key in merged["options"]):
+        raise CdcflowUsageError("give the columns once: --schema or --option columns=..., not both")
     merged["storage_options"] = storage | _storage_options(getattr(args, "storage_option", None) or [])
     return merged
 
@@ -235,9 +237,9 @@ def config_from(merged: dict[str, Any]) -> tuple[Any, bool]:
             materialize=Materialize.parse(merged.get("materialize") or "auto"),
             upsert_key=_names(merged["upsert_key"]) if merged.get("upsert_key") else None,
             delete_retention=_duration(
-                merged.get("delete_retention"), "delete-retention", IngestConfig.delete_retention
+                merged.get("delete_retention"), "delete-retention", IngestConfig.delete_retention, zero=True
             ),
-            state_ttl=_duration(merged.get("state_ttl"), "state-ttl", None),
+            state_ttl=_duration(merged.get("state_ttl"), "state-ttl", None, zero=True),
             app_id=merged.get("app_id"),
             on_truncate=OnTruncate.parse(merged.get("on_truncate") or "apply"),
             max_offsets_per_trigger=_count(merged.get("max_offsets_per_trigger")),
@@ -251,19 +253,24 @@ def config_from(merged: dict[str, Any]) -> tuple[Any, bool]:
     )
 
 
-def _duration(value: Any, setting: str, default: T) -> timedelta | T:
+def _duration(value: Any, setting: str, default: T, *, zero: bool = False) -> timedelta | T:
     if value is None:
         return default
-    return value if isinstance(value, timedelta) else parse_duration(value, setting)
+    return value if isinstance(value, timedelta) else parse_duration(value, setting, zero=zero)
 
 
 def _interval(value: Any) -> str:
-    """The trigger interval as Spark takes it; a Spark string (``1 second``) is passed on unchanged."""
+    """The trigger interval as Spark takes it. A text this syntax does not read but Spark may
+    (``1 minute 30 seconds``, ``interval 2 weeks``) is passed on for Spark to judge, as before."""
     if value is None:
         return "1 second"
-    duration = _duration(value, "interval", timedelta(seconds=1))
-    text = str(value).strip()
-    return text if isinstance(value, str) and " " in text else spark_interval(duration)
+    try:
+        duration = parse_duration(value, "--interval")
+    except CdcflowUsageError:
+        if isinstance(value, str) and " " in value.strip():
+            return value.strip()
+        raise
+    return spark_interval(duration, "--interval")
 
 
 def _names(value: Any) -> tuple[str, ...]:

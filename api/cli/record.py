@@ -48,8 +48,10 @@ def run(args: argparse.Namespace) -> int:
             f"--option {others[0]}: record takes Kafka options only (kafka.*, startingOffsets, "
             "endingOffsets, ...); format and connector options apply when the dump is read"
         )
-    # librdkafka logs every failed connection attempt; the command reports the outcome once.
+    # librdkafka logs every failed connection attempt; the command reports the outcome once. Data loss
+    # skipped under failOnDataLoss=false is still said (its logger is a child of the silenced one).
     logging.getLogger("cdcflow.connectors.kafka").setLevel(logging.CRITICAL)
+    logging.getLogger("cdcflow.connectors.kafka.offsets").setLevel(logging.WARNING)
     options = {"kafka.bootstrap.servers": args.bootstrap_servers}
     if args.topic:
         options["subscribe"] = ",".join(args.topic)

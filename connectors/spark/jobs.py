@@ -31,7 +31,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-ORIGIN_COLUMNS = ("topic", "partition", "offset", "file", "line")
+ORIGIN_COLUMNS = ("topic", "partition", "offset")
+FILE_ORIGIN = ("file", "line")
+"""Where a record of a plain file (no topic) came from, asked for when no column has those names."""
 _OUR_ERROR = re.compile(r"^(?:[\w.]*\.)?cdcflow\.[\w.]*?\.(\w+): (.+)$", re.MULTILINE)
 _USAGE_ERRORS = frozenset(
     {"ConnectorOptionError", "FormatOptionError", "UnknownFormatError", "ChangelogValidationError"}
@@ -171,25 +173,27 @@ def local_session(app_name: str = "cdcflow", config: Mapping[str, str] | None = 
     return session
 
 
-def changelog_printer(row_kind_column: str, out: TextIO) -> Callable[[DataFrame, int], None]:
+def changelog_printer(
+    row_kind_column: str, out: TextIO, origin: tuple[str, ...] = ORIGIN_COLUMNS
+) -> Callable[[DataFrame, int], None]:
     def print_batch(batch: DataFrame, batch_id: int) -> None:
         from pyspark.sql.types import StructType
 
-        hidden = {row_kind_column, CONTROL_COLUMN, *ORIGIN_COLUMNS}
+        hidden = {row_kind_column, CONTROL_COLUMN, *origin}
         columns = schema_of_struct(StructType([f for f in batch.schema.fields if f.name not in hidden]))
         table = batch.toArrow()
-        origins = table.select(list(ORIGIN_COLUMNS)).to_pylist()
+        origins = table.select(list(origin)).to_pylist()
         controls: list[str | None] = [None] * table.num_rows
         data = table
         if CONTROL_COLUMN in table.column_names:
             controls = table.column(CONTROL_COLUMN).to_pylist()
             data = table.filter(pc.is_null(table.column(CONTROL_COLUMN)))
         changes = iter(changes_from_arrow(data, columns, row_kind_column))
-        for origin, control in zip(origins, controls, strict=True):
+        for place, control in zip(origins, controls, strict=True):
             where = (
-                f"{origin['topic']}/{origin['partition']}@{origin['offset']}"
-                if origin["topic"] is not None
-                else f"{origin['file']}:{origin['line']}"
+                f"{place['topic']}/{place['partition']}@{place['offset']}"
+                if place["topic"] is not None or "file" not in place
+                else f"{place['file']}:{place['line']}"
             )
             shown = f"! {control}" if control is not None else render_change(next(changes), columns)
             out.write(f"{where} {shown}\n")
@@ -213,9 +217,14 @@ def stream_changelog(
     if "controlevents" not in given:
         shown["controlEvents"] = "emit"
     stream = spark.readStream.format(source).options(**{**options, **shown}).load()
+    origin = ORIGIN_COLUMNS
+    if "kafka.bootstrap.servers" not in given and not set(FILE_ORIGIN) & {*stream.columns, *metadata}:
+        origin = (*ORIGIN_COLUMNS, *FILE_ORIGIN)
+        shown["metadata"] = ",".join([*metadata, *extra, *FILE_ORIGIN])
+        stream = spark.readStream.format(source).options(**{**options, **shown}).load()
     row_kind = given.get("rowkindcolumn", "_row_kind")
     query = (
-        stream.writeStream.foreachBatch(changelog_printer(row_kind, out))
+        stream.writeStream.foreachBatch(changelog_printer(row_kind, out, origin))
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
         .start()

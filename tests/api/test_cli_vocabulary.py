@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from test_cli import run_cli
@@ -207,3 +208,59 @@ def test_stream_new_and_deprecated_spellings_print_the_same_changelog(tmp_path: 
         "cdcflow: warning: --source is deprecated; use --format canal-json (the old form goes in 0.3)",
     ]
     assert "deprecated" not in new.stderr
+
+
+def _ingest_config(*flags: str) -> Any:
+    from cdcflow.cli.ingest import config_from, settings
+
+    args = parser().parse_args(
+        ["ingest", "--path", "in.jsonl", "--key", "id", "--target", "t", "--checkpoint", "c", *flags]
+    )
+    return config_from(settings(args))[0]
+
+
+@pytest.mark.parametrize(
+    ("interval", "spark"),
+    [
+        (None, "1 second"),
+        ("1s", "1000 milliseconds"),
+        ("250ms", "250 milliseconds"),
+        ("5 sec", "5000 milliseconds"),
+        ("1 second", "1000 milliseconds"),
+        ("1 minute 30 seconds", "1 minute 30 seconds"),  # not this syntax: Spark judges it, as before
+        ("interval 2 weeks", "interval 2 weeks"),
+    ],
+)
+def test_ingest_interval_reaches_spark_in_a_form_it_reads(interval: str | None, spark: str) -> None:
+    flags = ("--trigger", "continuous", *(("--interval", interval) if interval else ()))
+    assert _ingest_config(*flags).interval == spark
+
+
+@pytest.mark.parametrize("interval", ["0.0001", "soon", "-1s"])
+def test_a_bad_interval_is_a_usage_error(interval: str) -> None:
+    with pytest.raises(CdcflowUsageError, match="--interval"):
+        _ingest_config("--trigger", "continuous", f"--interval={interval}")
+
+
+def test_ingest_durations_accept_zero_where_it_has_a_meaning() -> None:
+    config = _ingest_config("--state-ttl", "0", "--delete-retention", "1h")
+    assert (config.state_ttl, config.delete_retention) == (timedelta(0), timedelta(hours=1))
+
+
+def test_ingest_refuses_the_columns_given_twice() -> None:
+    with pytest.raises(CdcflowUsageError, match="give the columns once"):
+        _ingest_config("--schema", "id INT", "--option", "Columns=id INT")
+
+
+@pytest.mark.integration
+def test_stream_of_a_table_with_a_line_column_keeps_it(tmp_path: Path) -> None:
+    """A plain file's origin is printed as file:line only when no column has those names."""
+    canal = tmp_path / "canal.jsonl"
+    canal.write_text(
+        '{"data": [{"id": "1", "line": "a"}], "old": null, "type": "INSERT", "database": "d", "table": "t", '
+        '"pkNames": ["id"], "isDdl": false, "es": 1, "ts": 2}\n'
+    )
+    flags = ("--path", str(canal), "--format", "canal-json", "--schema", "id INT NOT NULL, line STRING")
+    result = run_cli("stream", *flags, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert [line.split(" ", 1)[1] for line in result.stdout.splitlines()] == ["+I[1, a]"]

@@ -77,3 +77,31 @@ def test_record_names_an_unreachable_cluster(tmp_path: Path) -> None:
     )
     assert "Traceback" not in result.stderr
     assert not output.exists()
+
+
+@pytest.mark.integration
+def test_record_says_what_failOnDataLoss_false_skipped(kafka_cluster: KafkaCluster, tmp_path: Path) -> None:  # noqa: F811, N802
+    """The command silences librdkafka's connection noise, not the warning that data was skipped."""
+    topic = unique_topic("lost")
+    kafka_cluster.create_topic(topic, 1)
+    messages = [Message(b"v%d" % i, b"k%d" % i, partition=0) for i in range(5)]
+    kafka_producer.produce_messages(kafka_cluster.bootstrap_servers, messages, topic)
+    kafka_cluster.delete_records(topic, 0, 3)
+    output = tmp_path / "topic.jsonl"
+    flags = ["--topic", topic, "--output", str(output), "--option", "failOnDataLoss=false"]
+    starting = '{"%s":{"0":0}}' % topic  # noqa: UP031 - JSON braces
+    result = run_cli(
+        "record",
+        "--bootstrap-servers",
+        kafka_cluster.bootstrap_servers,
+        *flags,
+        "--option",
+        f"startingOffsets={starting}",
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[-1] == f"cdcflow: recorded 2 records from 1 partitions of {topic} to {output}"
+    assert any(
+        "some data may have been lost (failOnDataLoss=false: skipped)" in line for line in lines[:-1]
+    ), lines
+    assert [m.value for m in replay.read_messages(str(output))] == [b"v3", b"v4"]

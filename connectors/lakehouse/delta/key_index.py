@@ -1,7 +1,7 @@
 """Rows matched by key: within a batch (which rows share a key) and against the key state.
 
 A single key column is matched with a hash lookup (``dictionary_encode``, ``index_in``); a composite
-key with one Arrow join. Keys are never null here (:func:`.changes.prepare` refuses null keys).
+key with one Arrow join. Keys are never null here (:func:`.batch.prepare` refuses null keys).
 """
 
 from __future__ import annotations

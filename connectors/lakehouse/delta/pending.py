@@ -1,13 +1,13 @@
 """Micro-batches Spark has committed whose Delta commits may not have landed yet: a write-ahead log.
 
 The ingest job applies micro-batch N in a background thread while Spark decodes N+1
-(:class:`.delta_sink.DeltaSink` with ``pipeline=True``). Spark records N in its commit log as soon as
-``foreachBatch`` returns, before N reaches the table; so each batch's changes are written here first,
-as one Arrow IPC file ``<checkpoint>/cdcflow-pending/<N>.arrow`` (or, when the source handed the
-rows over as Arrow files on the same disk, those files moved into the folder ``<N>``), and removed
-once the table has them. A driver that dies in between leaves them: the next run applies them before
-its first batch. A batch appears whole or not at all (written or gathered aside and renamed locally;
-one PUT on an object store).
+(:class:`cdcflow.connectors.lakehouse.sink.DeltaSink` with ``pipeline=True``). Spark records N in its
+commit log as soon as ``foreachBatch`` returns, before N reaches the table; so each batch's changes are
+written here first, as one Arrow IPC file ``<checkpoint>/cdcflow-pending/<N>.arrow`` (or, when the
+source handed the rows over as Arrow files on the same disk, those files moved into the folder ``<N>``),
+and removed once the table has them. A driver that dies in between leaves them: the next run applies
+them before its first batch. A batch appears whole or not at all (written or gathered aside and renamed
+locally; one PUT on an object store).
 """
 
 from __future__ import annotations
