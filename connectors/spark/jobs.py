@@ -217,7 +217,7 @@ def stream_changelog(
     if "controlevents" not in given:
         shown["controlEvents"] = "emit"
     stream = spark.readStream.format(source).options(**{**options, **shown}).load()
-    origin = ORIGIN_COLUMNS
+    origin: tuple[str, ...] = ORIGIN_COLUMNS
     if "kafka.bootstrap.servers" not in given and not set(FILE_ORIGIN) & {*stream.columns, *metadata}:
         origin = (*ORIGIN_COLUMNS, *FILE_ORIGIN)
         shown["metadata"] = ",".join([*metadata, *extra, *FILE_ORIGIN])
