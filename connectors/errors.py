@@ -48,6 +48,10 @@ class SinkOrderError(ConnectorError, ValueError):
     two tasks of one batch): names the key or tasks and how to partition the DataFrame."""
 
 
+class CheckpointInUseError(ConnectorError, RuntimeError):
+    """Another job holds the checkpoint's lease (or took it over): names its process, host and heartbeat."""
+
+
 class SchemaChangedError(ConnectorError, RuntimeError):
     """A message has columns that the query's inferred columns lack (a column added upstream).
 

@@ -13,7 +13,8 @@ It follows Flink 1.16+ (FLINK-20374, FLINK-28569) with three deliberate differen
 * with an upsert key, an ADD for a live upsert key drops the old version and appends the new one.
   Flink replaces it in place yet emits it, so when that row is later retracted from a non-last
   position the sink keeps a row that is no longer live;
-* nothing is dropped silently: an unmatched retraction is counted and handed to ``on_unmatched``.
+* nothing is dropped silently: an unmatched retraction is counted and handed to ``on_unmatched``;
+  with ``retract_unmatched`` (a sink whose primary key is declared) it still retracts a row of its key.
 """
 
 from __future__ import annotations
@@ -35,6 +36,11 @@ class UpsertMaterializer:
     versions of one row. Without one (None or empty), rows are matched whole, on ``compare_columns``
     (all row fields when None), and the live rows are a multiset: two equal ADDs need two RETRACTs.
     The instance holds no per-key state, so one materializer serves every primary key.
+
+    ``retract_unmatched``: a retraction that matches no live row (its image differs from the row that
+    was added, or the state expired) still retracts one of its primary key: the oldest live row (a
+    key's rows are retracted in the order they were added), or, with none live, it is emitted as a
+    DELETE so the sink drops whatever row it holds for the key. Off, it emits nothing (Flink).
     """
 
     def __init__(
@@ -42,10 +48,13 @@ class UpsertMaterializer:
         upsert_key: Sequence[str] | None,
         compare_columns: Sequence[str] | None = None,
         on_unmatched: UnmatchedHandler | None = None,
+        *,
+        retract_unmatched: bool = False,
     ) -> None:
         self.upsert_key = tuple(upsert_key or ())
         self.compare_columns = None if compare_columns is None else tuple(compare_columns)
         self.on_unmatched = on_unmatched
+        self.retract_unmatched = retract_unmatched
         self.unmatched = 0
         """Retractions that matched no live row (Flink logs "state cleared" for these)."""
 
@@ -73,7 +82,11 @@ class UpsertMaterializer:
             self.unmatched += 1
             if self.on_unmatched is not None:
                 self.on_unmatched(change)
-            return list(rows), None
+            if not self.retract_unmatched:
+                return list(rows), None
+            if not rows:
+                return [], Change(DEL, change.row)
+            index = 0
         remaining = rows[:index] + rows[index + 1 :]
         if not remaining:
             return remaining, Change(DEL, rows[index])
@@ -104,9 +117,12 @@ def materialize(
     *,
     compare_columns: Sequence[str] | None = None,
     on_unmatched: UnmatchedHandler | None = None,
+    retract_unmatched: bool = False,
 ) -> Iterator[Change]:
     """The changes a sink with primary key ``key`` must apply, for an update stream ``changes``."""
-    materializer = UpsertMaterializer(upsert_key, compare_columns, on_unmatched)
+    materializer = UpsertMaterializer(
+        upsert_key, compare_columns, on_unmatched, retract_unmatched=retract_unmatched
+    )
     columns = tuple(key)
     if not columns:
         raise ChangelogValidationError(

@@ -473,6 +473,11 @@ def metadata_column_name(key: str) -> str:
     return key.replace(".", "_").replace("-", "_")
 
 
+METADATA_MARK = "cdcflow.metadata"
+"""The key under which a source marks a metadata column's field (its value: the metadata key), so that
+a sink tells what describes the change (where, when, which envelope) from the row's own columns."""
+
+
 def output_schema(physical: Schema, available: Sequence[MetadataColumn], metadata: Sequence[str]) -> Schema:
     """The table columns followed by the requested metadata columns."""
     by_key = {column.key: column for column in available}

@@ -15,7 +15,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from cdcflow.formats.errors import FieldError, excerpt
-from cdcflow.formats.json_decode import EXACT, MAX_DECIMAL_DIGITS, converter, in_utc, shown
+from cdcflow.formats.json_decode import EXACT, MAX_DECIMAL_DIGITS, converter, in_utc, numeric_text, shown
 from cdcflow.formats.types import INTEGER_KINDS, INTEGER_RANGES, DataType, TypeKind
 
 Cast = Callable[[Any], Any]
@@ -84,7 +84,7 @@ def _to_decimal(target: DataType) -> Cast:
         if isinstance(value, str) and len(value) > _MAX_NUMBER_TEXT:
             raise FieldError("", f"{excerpt(value, 40)} is too long for {target.ddl()}")
         try:
-            number = Decimal(value.strip() if isinstance(value, str) else value)
+            number = Decimal(_number_text(value) if isinstance(value, str) else value)
         except (InvalidOperation, TypeError, ValueError):
             raise FieldError("", f"{excerpt(value, 40)} is not a decimal number") from None
         if limit is not None and number.is_finite() and number and number.adjusted() >= limit.adjusted():
@@ -106,6 +106,14 @@ def _to_decimal(target: DataType) -> Cast:
 _MAX_NUMBER_TEXT = MAX_DECIMAL_DIGITS + 40
 
 
+def _number_text(value: str) -> str:
+    """A numeric text in ASCII digits without its padding (anything else: what Decimal refuses)."""
+    text = numeric_text(value)
+    if text is None:
+        raise ValueError(value)
+    return text
+
+
 def _float_decimal(value: Any) -> Decimal:
     number = Decimal(repr(value)) if isinstance(value, float) else Decimal(value)
     if not number.is_finite():
@@ -120,7 +128,7 @@ def _to_integer(kind: TypeKind) -> Cast:
         if isinstance(value, str) and len(value) > _MAX_NUMBER_TEXT:
             raise FieldError("", f"{excerpt(value, 40)} is too long for {kind.value}")
         try:
-            number = Decimal(value.strip()) if isinstance(value, str) else _float_decimal(value)
+            number = Decimal(_number_text(value)) if isinstance(value, str) else _float_decimal(value)
         except (InvalidOperation, ValueError):
             raise FieldError("", f"{excerpt(value, 40)} is not a number") from None
         if not number.is_finite():

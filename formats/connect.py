@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import math
+import re
 from collections.abc import Hashable, Mapping
 from decimal import Decimal
 from typing import Any
@@ -155,13 +156,16 @@ def _fields(schema: Mapping[str, Any], path: str) -> list[Mapping[str, Any]]:
     return fields
 
 
+_INTEGER = re.compile(r"-?[0-9]+")  # ASCII digits: str.isdigit() also takes "²", which int() refuses
+
+
 def _integer_parameter(parameters: Mapping[str, Any], key: str, default: int, path: str) -> int:
     """A Decimal parameter: Connect writes them as text ("2"); an integer is taken too."""
     value = parameters.get(key, default)
     if value.__class__ is int:
         return int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit() and len(value) <= 20:
-        return int(value)
+    if isinstance(value, str) and len(value) <= 20 and _INTEGER.fullmatch(value.strip(" ")):
+        return int(value.strip(" "))
     raise SchemaError(
         f"field '{path}': the Decimal parameter '{key}' must be an integer, got {excerpt(value)}"
     )

@@ -64,9 +64,13 @@ EXACT = Context(
     Emin=-4 * (MAX_DECIMAL_DIGITS + MAX_DECIMAL_SCALE),
     traps=[InvalidOperation, Overflow, DivisionByZero],
 )
-# No nested quantifier that can trade digits (``\d+\.?\d*`` backtracks quadratically on a long digit run).
-_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?")
-_LONG_FRACTION = re.compile(r"(\.\d{6})\d+")
+# ASCII digits only (``\d`` and Python's int/float/Decimal also take other scripts' digits, "１").
+# No nested quantifier that can trade digits (``[0-9]+\.?[0-9]*`` backtracks quadratically on a long run).
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")
+_LONG_FRACTION = re.compile(r"(\.[0-9]{6})[0-9]+")
+#: The padding a numeric text may have (``str.strip()`` also strips control characters float() keeps).
+_BLANKS = " \t\n\r\f\v"
 _TIMESTAMP_FORMS = "a timestamp (yyyy-MM-dd HH:mm:ss[.fff][zone] or an epoch integer)"
 _SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
@@ -145,13 +149,12 @@ def _integer(kind: TypeKind) -> Converter:
         if value.__class__ is int:
             number = value
         elif isinstance(value, str):
-            text = value.strip()
+            text = value.strip(_BLANKS)
             if len(text) > _MAX_INTEGER_TEXT:
                 raise FieldError("", f"{excerpt(value)} is too long to be a {kind.value}")
-            try:
-                number = int(text)
-            except ValueError:
-                raise _fail(value, f"an integer for {kind.value}") from None
+            if not _INTEGER_TEXT.fullmatch(text):
+                raise _fail(value, f"an integer for {kind.value}")
+            number = int(text)
         elif isinstance(value, (float, Decimal)) and _is_whole(value):
             if not low <= value <= high:
                 raise FieldError("", f"{shown(value)} is out of range for {kind.value}")
@@ -186,26 +189,34 @@ def _boolean(value: Any) -> bool:
 def _float64(value: Any) -> float:
     if value.__class__ is float:
         return value
-    if isinstance(value, (int, Decimal)) and not isinstance(value, bool):
-        try:
-            return float(value)
-        except OverflowError:
-            raise FieldError("", f"{shown(value)} is out of range for DOUBLE") from None
     if isinstance(value, str):
         special = _SPECIAL_FLOATS.get(value)
         if special is not None:
             return special
-        if _NUMBER.fullmatch(value.strip()):
-            return float(value)
+        text = numeric_text(value)
+        if text is None:
+            raise _fail(value, "a number")
+        return _finite(float(text), value, "DOUBLE")
+    if isinstance(value, (int, Decimal)) and not isinstance(value, bool):
+        try:
+            return _finite(float(value), value, "DOUBLE")
+        except OverflowError:
+            raise FieldError("", f"{shown(value)} is out of range for DOUBLE") from None
     raise _fail(value, "a number")
+
+
+def _finite(number: float, value: Any, kind: str) -> float:
+    """``number`` converted from a finite ``value``: beyond the type's range it became infinite."""
+    if math.isinf(number):
+        raise FieldError("", f"{shown(value)} is out of range for {kind}")
+    return number
 
 
 def _float32(value: Any) -> float:
     number = _float64(value)
-    try:
-        return struct.unpack("f", struct.pack("f", number))[0]  # type: ignore[no-any-return]
-    except OverflowError:
-        raise FieldError("", f"{number} is out of range for FLOAT") from None
+    single: float = struct.unpack("f", struct.pack("f", number))[0]
+    # Rounding to the nearest FLOAT overflows to an infinity only beyond FLOAT's largest value.
+    return single if math.isinf(number) else _finite(single, value, "FLOAT")
 
 
 def decimal_from_bytes(data: bytes, scale: int, precision: int | None = None) -> Decimal:
@@ -240,6 +251,12 @@ def variable_scale_decimal(value: Mapping[str, Any]) -> Decimal:
     if scale.__class__ is not int or not isinstance(unscaled, str):
         raise _fail(value, 'a VariableScaleDecimal {"scale": int, "value": base64}')
     return decimal_from_base64(unscaled, scale)
+
+
+def numeric_text(value: str) -> str | None:
+    """``value`` without its padding if it is a number in ASCII digits (``-1.5e3``), else None."""
+    text = value.strip(_BLANKS)
+    return text if _NUMBER.fullmatch(text) else None
 
 
 def decimal_from_text(text: str) -> Decimal | None:
@@ -310,7 +327,7 @@ def _decimal(precision: int | None, scale: int | None) -> Converter:
                 raise InexactNumber()
             number = Decimal(repr(value))
         elif isinstance(value, str):
-            text = value.strip()
+            text = value.strip(_BLANKS)
             parsed = decimal_from_text(text)
             number = parsed if parsed is not None else decimal_from_base64(text, scale or 0, precision)
         elif isinstance(value, Mapping):

@@ -50,7 +50,7 @@ from cdcflow.formats.json_decode import RowConverter
 from cdcflow.formats.json_encode import IGNORE_PARSE_ERRORS, TIMESTAMP_STANDARD, RowEncoder, TimestampStandard
 from cdcflow.formats.options import Option, OptionSet, choice, integer, names, optional_string
 from cdcflow.formats.registry import FormatFactory
-from cdcflow.formats.types import Schema
+from cdcflow.formats.types import Field, Schema
 
 NAME = "generic"
 logger = logging.getLogger(__name__)
@@ -271,7 +271,14 @@ class GenericDecoder(Decoder):
         super().__init__(ignore_parse_errors=config.ignore_parse_errors)
         self.config = config
         self.schema = config.schema
-        self._rows = RowConverter(config.schema)
+        # A NULL in a NOT NULL column fails its record here, not the query at the sink; a key column's
+        # is checked after FROM_CHANGELOG, which names it first when it keys state (an upsert).
+        keys = set(config.key_columns)
+        self._rows = RowConverter(
+            Schema(tuple(Field(f.name, f.type) if f.name in keys else f for f in config.schema)),
+            enforce_not_null=True,
+        )
+        self._not_null_keys = tuple(f.name for f in config.schema if f.name in keys and not f.nullable)
         self._engine = FromChangelog(
             config.params, metrics=ChangelogMetrics(keep_rejected=0), on_reject=self._on_reject
         )
@@ -328,6 +335,10 @@ class GenericDecoder(Decoder):
         if derived and config.op_declared:
             for change in changes:
                 change.row[op_field] = None
+        for change in changes:
+            for column in self._not_null_keys:
+                if change.row.get(column) is None:
+                    raise FieldError(column, "is NULL or missing, but the column is declared NOT NULL")
         return changes
 
     def _flag_code(self, obj: Mapping[str, Any]) -> str | None:

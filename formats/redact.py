@@ -111,7 +111,7 @@ def entry_settings(entries: Iterable[str]) -> list[tuple[str, str]]:
     given = [str(entry) for entry in entries]
     given += [entry.partition("=")[2] for entry in given if entry.startswith("-")]  # --option=KEY=VALUE
     pairs: list[tuple[str, str]] = []
-    for entry, following in zip(given, [*given[1:], ""], strict=True):
+    for entry, following in zip(given, [*given[1:], ""][: len(given)], strict=True):
         match = _ENTRY.match(entry)
         if match and match["sep"]:
             pairs.append((match["key"].strip(), entry[match.end() :]))

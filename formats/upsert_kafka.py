@@ -237,7 +237,13 @@ class UpsertKafkaDecoder(Decoder):
         key_schema = config.key_schema
         self._key_names = list(zip(key_schema.names, config.key_fields, strict=True))
         self._keys = RowConverter(key_schema)
-        self._values = RowConverter(config.value_schema)
+        # A NULL in a NOT NULL column fails its record here, not the query at the sink; a key column
+        # may be missing from the value: the key has it (checked by _check_key).
+        keys = set(config.key_fields)
+        value_schema = Schema(
+            tuple(Field(f.name, f.type) if f.name in keys else f for f in config.value_schema)
+        )
+        self._values = RowConverter(value_schema, enforce_not_null=True)
         self._columns = config.schema.names
         self._except_key = config.fields_include is FieldsInclude.EXCEPT_KEY
         self._avro_keys: AvroReader[RowConverter] | None = None  # built on first use in each process
@@ -270,7 +276,9 @@ class UpsertKafkaDecoder(Decoder):
                 )
             self._check_key(value_row, "value")
             key = {}
-        row = {name: value_row[name] if name in value_row else key.get(name) for name in self._columns}
+        row = {
+            name: key.get(name) if value_row.get(name) is None else value_row[name] for name in self._columns
+        }
         return [Change(UA, row)]
 
     def _key(self, data: bytes | None) -> dict[str, Any] | None:

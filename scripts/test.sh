@@ -57,4 +57,10 @@ fi
 
 step "ruff"; .venv/bin/ruff check . && .venv/bin/ruff format --check -q .; took
 step "mypy"; .venv/bin/mypy -p cdcflow; took
-step "pytest"; .venv/bin/python -m pytest "$@"
+# Two pytest-xdist workers (the machine kind has 2 cores; much of a test's time is a child JVM starting or
+# a broker answering). Tests that share a session service (PostgreSQL with Connect, the standalone
+# cluster) run on one worker (tests/conftest.py). CDCFLOW_TEST_WORKERS=0 runs in this process.
+workers=${CDCFLOW_TEST_WORKERS:-2}
+parallel=()
+[ "$workers" != 0 ] && parallel=(-n "$workers" --dist loadgroup)
+step "pytest"; .venv/bin/python -m pytest "${parallel[@]}" --durations=30 "$@"

@@ -1,6 +1,9 @@
 import os
 import sys
+from collections import defaultdict
 from pathlib import Path
+
+import pytest
 
 # Test helper modules (tests/core/helpers.py, ...) import as plain modules.
 sys.path.insert(0, str(Path(__file__).parent / "core"))
@@ -8,3 +11,61 @@ sys.path.insert(0, str(Path(__file__).parent / "core"))
 # An exception that is not a record's fault (a bug in a format) is raised, not dead-lettered: tests
 # never hide one (docs/formats.md, "Error handling"). Set before any SparkSession: executors inherit it.
 os.environ.setdefault("CDCFLOW_STRICT_DECODE", "1")
+
+KINDS = ("unit", "spark", "process")
+"""Every test is one kind (docs/testing.md, "Kinds of tests"): ``unit`` starts no JVM, ``spark`` uses the
+session's one SparkSession, ``process`` starts child processes (a broker, PostgreSQL, Connect, a cluster,
+an S3 server, ``python -m cdcflow``)."""
+
+SERVICES = {
+    "stack": frozenset({"stack_bootstrap", "postgres", "connect_worker"}),
+    "cluster": frozenset({"standalone", "connect_server"}),
+    "brokers": frozenset({"kafka_cluster"}),
+    "s3": frozenset({"s3_server", "s3_bucket", "s3_spark"}),
+}
+"""Session services by the fixtures that start them. Under pytest-xdist (scripts/test.sh) the tests of the
+stack (PostgreSQL and Connect) and of the standalone cluster each run on one worker, which starts those
+services once; every worker starts its own broker, S3 server and SparkSession when its tests need them."""
+SHARED_ON_ONE_WORKER = ("stack", "cluster")
+
+
+def _kind(item: pytest.Item) -> str | None:
+    """The kind a test's fixtures make it, unless it declares one itself."""
+    if any(item.get_closest_marker(kind) is not None for kind in KINDS):
+        return None
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if any(fixtures & names for names in SERVICES.values()):
+        return "process"
+    return "spark" if "spark" in fixtures else "unit"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        kind = _kind(item)
+        if kind is not None:
+            item.add_marker(kind)
+        item.add_marker(pytest.mark.xdist_group(_group(item)))
+
+
+def _group(item: pytest.Item) -> str:
+    """The tests of a module run on one worker (module fixtures are set up once), and so do all tests of a
+    shared session service."""
+    fixtures = set(getattr(item, "fixturenames", ()))
+    shared = [group for group in SHARED_ON_ONE_WORKER if fixtures & SERVICES[group]]
+    return shared[0] if shared else item.nodeid.split("::")[0]
+
+
+_SECONDS: defaultdict[str, float] = defaultdict(float)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _SECONDS[str(Path(report.nodeid.split("::")[0]).parent)] += report.duration
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _SECONDS or hasattr(terminalreporter.config, "workerinput"):
+        return
+    terminalreporter.section("seconds per folder (setup + call + teardown, summed over workers)")
+    for folder, seconds in sorted(_SECONDS.items(), key=lambda entry: -entry[1]):
+        terminalreporter.write_line(f"{seconds:8.1f}  {folder}")
+    terminalreporter.write_line(f"{sum(_SECONDS.values()):8.1f}  total")

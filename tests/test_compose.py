@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import zipfile
@@ -30,7 +31,13 @@ WHEEL = "docker_compose-1.29.2-py2.py3-none-any.whl"
 WHEEL_SHA256 = "8d5589373b35c8d3b1c8c1182c6e4a4ff14bffa3dd0b605fcd08f73c94cef809"
 SCHEMA_IN_WHEEL = "compose/config/compose_spec.json"
 
-sys.path[:0] = [str(ROOT / "tests" / "connectors"), str(ROOT / "tests" / "connectors" / "stack")]
+CONNECTORS = ROOT / "tests" / "connectors"
+sys.path[:0] = [str(CONNECTORS), str(CONNECTORS / "stack"), str(CONNECTORS / "lakehouse")]
+
+import connect_worker as connect_worker_module  # noqa: E402
+import postgres_server  # noqa: E402
+from kafka_fixture import kafka_cluster  # noqa: E402, F401 - a session fixture, shared
+from stack_fixtures import connect_worker, postgres, stack_bootstrap  # noqa: E402, F401 - the same
 
 
 def cache_dir() -> Path:
@@ -111,14 +118,12 @@ def mounts(service: dict[str, Any]) -> dict[str, Path]:
 
 
 def test_compose_runs_the_files_the_native_tests_run(compose: dict[str, Any]) -> None:
-    import connect_worker
     import kafka_broker
-    import postgres_server
     import register
 
     services = compose["services"]
     worker = services["connect"]
-    worker_file = connect_worker.DOCKER_CONNECT / "worker.properties"
+    worker_file = connect_worker_module.DOCKER_CONNECT / "worker.properties"
     assert mounts(worker)["/etc/cdcflow/connect/worker.properties"] == worker_file
     assert worker["build"]["context"] == "./connect"
     assert mounts(services["kafka"])["/etc/cdcflow/kafka/broker.properties"] == kafka_broker.SHARED_PROPERTIES
@@ -142,3 +147,84 @@ def test_compose_runs_the_files_the_native_tests_run(compose: dict[str, Any]) ->
     )
     topic = f"{config['config']['topic.prefix']}.{config['config']['table.include.list']}"
     assert f"--topic={topic}" in services["ingest"]["command"]
+
+
+ENTRYPOINT = re.compile(r'^ENTRYPOINT \["cdcflow"\]$', re.MULTILINE)
+
+
+def adapt(command: list[str], adaptations: dict[str, str]) -> list[str]:
+    """``command`` with each host name or path of the compose network replaced by the stack's; every
+    adaptation must be used."""
+    adapted = []
+    for arg in command:
+        for compose_value, ours in adaptations.items():
+            arg = arg.replace(compose_value, ours)
+        adapted.append(arg)
+    unused = [value for value in adaptations if not any(value in arg for arg in command)]
+    assert not unused, f"adaptations the compose command no longer needs: {unused}"
+    return adapted
+
+
+@pytest.mark.integration
+def test_the_compose_ingest_command_lands_the_table_on_the_test_stack(
+    compose: dict[str, Any],
+    postgres: postgres_server.PostgresServer,  # noqa: F811 - the fixture
+    connect_worker: connect_worker_module.ConnectWorker,  # noqa: F811 - the fixture
+    stack_bootstrap: str,  # noqa: F811 - the fixture
+    tmp_path: Path,
+) -> None:
+    """PostgreSQL → Debezium on Connect → Kafka as the compose file registers it, then the compose
+    file's ingest command, run as the image runs it (``cdcflow`` is its entrypoint), with only these
+    changes: the broker's host name, the volume's path, and the register service's database host and
+    exactly-once setting (the session's worker runs without exactly-once source support). The Delta
+    table then equals PostgreSQL's rows and follows a change; Ctrl-C ends the run with 130."""
+    from ingest_process import tail, wait_session_gone
+    from test_connect_ingest import wait_equal, wait_records
+    from workload import SEED_ROWS
+
+    services = compose["services"]
+    assert ENTRYPOINT.search((DOCKER / "Dockerfile").read_text(encoding="utf-8"))
+    assert "lake:/lake" in services["ingest"]["volumes"]
+    register_values = {name: str(value) for name, value in services["register"]["environment"].items()}
+    register_values |= {
+        "POSTGRES_HOST": "127.0.0.1",  # the service name postgres
+        "POSTGRES_PORT": str(postgres.port),  # 5432
+        "EXACTLY_ONCE_SUPPORT": "requested",  # required: the session's worker has no exactly-once support
+    }
+    database = register_values["POSTGRES_DB"]
+    postgres.create_database(database, postgres_server.DOCKER_POSTGRES / "10-inventory.sql")
+    connect_worker.register(register_values)
+    wait_records(stack_bootstrap, f"{register_values['TOPIC_PREFIX']}.inventory.items", SEED_ROWS)
+
+    lake = tmp_path / "lake"
+    command = adapt(
+        services["ingest"]["command"],
+        {
+            "kafka:9092": stack_bootstrap,  # the broker's host name in the compose network
+            "/lake/": f"{lake}/",  # the volume "lake", mounted at /lake
+        },
+    )
+    log = tmp_path / "ingest.log"
+    with log.open("wb") as out:
+        job = subprocess.Popen(  # noqa: S603 - the compose file's command
+            [sys.executable, "-m", "cdcflow", *command],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        table = lake / "inventory" / "items"
+        wait_equal(postgres, database, table, job, log)
+        postgres.psql(
+            "UPDATE inventory.items SET qty = 0 WHERE id = 4; DELETE FROM inventory.items WHERE id = 5;",
+            db=database,
+        )
+        wait_equal(postgres, database, table, job, log)
+        os.killpg(job.pid, signal.SIGINT)
+        assert job.wait(timeout=120) == 130, tail(log, 40)
+        assert "cdcflow ingest: interrupted (Ctrl-C): committed " in tail(log, 1), tail(log, 40)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+            job.wait()
+        wait_session_gone(job.pid)

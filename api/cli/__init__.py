@@ -22,12 +22,15 @@ from cdcflow.formats.redact import entry_settings, redact
 
 __all__ = ["CdcflowUsageError", "exit_code", "main", "parser"]
 
+KAFKA_LOGGER = "cdcflow.connectors.kafka"
+"""The logger of librdkafka's lines (broker connections, retries); its ``.offsets`` child says what
+``failOnDataLoss=false`` skipped, a warning kept."""
 DESCRIPTION = "The cdcflow command line: ingest (the main job), inspect, record and stream."
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parse(parser(), argv)
-    _log_to_stderr()
+    _log_to_stderr(verbose=args.verbose)
     try:
         return int(args.command(args))
     except CdcflowError as error:
@@ -46,7 +49,11 @@ def parser() -> argparse.ArgumentParser:
     commands = root.add_subparsers(required=True, metavar="COMMAND")
     for command in (inspect, record, stream, ingest):
         name = command.__name__.rpartition(".")[2]
-        command.add_arguments(commands.add_parser(name, help=command.HELP, description=command.DESCRIPTION))
+        sub = commands.add_parser(name, help=command.HELP, description=command.DESCRIPTION)
+        command.add_arguments(sub)
+        sub.add_argument(
+            "--verbose", action="store_true", help="Spark's and Kafka's own logging (default: errors only)"
+        )
     return root
 
 
@@ -63,15 +70,18 @@ def exit_code(error: CdcflowError) -> int:
     return 2 if isinstance(error, usage) or getattr(error, "usage_error", False) else 1
 
 
-def _log_to_stderr() -> None:
-    """Warnings of cdcflow and its clients as ``cdcflow: ...`` lines (Kafka clients log each once)."""
+def _log_to_stderr(*, verbose: bool = False) -> None:
+    """Warnings of cdcflow as ``cdcflow: ...`` lines; Kafka clients' (each logged once) and Spark's
+    errors only, unless ``verbose`` (then cdcflow's INFO lines and Spark's own log settings)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("cdcflow: %(message)s"))
     root = logging.getLogger("cdcflow")
     if not root.handlers:
         root.addHandler(handler)
-        root.setLevel(logging.WARNING)
         root.propagate = False
+    root.setLevel(logging.INFO if verbose else logging.WARNING)  # Spark follows: see verbose_spark()
+    logging.getLogger(KAFKA_LOGGER).setLevel(logging.NOTSET if verbose else logging.ERROR)
+    logging.getLogger(f"{KAFKA_LOGGER}.offsets").setLevel(logging.NOTSET if verbose else logging.WARNING)
     # Py4J logs the traceback of a failed foreachBatch call and of a call cut short by Ctrl-C (some on
     # the root logger): the query's error, or the interrupted run's summary, says what happened.
     logging.getLogger("py4j").setLevel(logging.CRITICAL)

@@ -84,10 +84,23 @@ def key_values(entries: list[str], example: str) -> dict[str, str]:
     options = {}
     for entry in entries:
         key, sep, value = entry.partition("=")
-        if not sep:
-            raise CdcflowError(f"--option '{shown_entry(entry)}' must look like KEY=VALUE, e.g. {example}")
+        if not sep or not key.strip():
+            raise CdcflowUsageError(
+                f"--option '{shown_entry(entry)}' must look like KEY=VALUE, e.g. {example}"
+            )
         options[key.strip()] = value
     return options
+
+
+def check_schema(ddl: str, flag: str = "--schema") -> None:
+    """Fail before anything starts when the columns ``ddl`` do not parse: a usage error naming ``flag``."""
+    from cdcflow.formats.errors import SchemaError
+    from cdcflow.formats.types import parse_ddl
+
+    try:
+        parse_ddl(ddl)
+    except SchemaError as error:
+        raise CdcflowUsageError(f"{flag}: {error}") from None
 
 
 def is_kafka_option(key: str) -> bool:
@@ -149,7 +162,10 @@ def merge_columns(options: dict[str, str], schema: str | None, metadata: list[st
     if schema is not None:
         if "columns" in given:
             raise CdcflowUsageError("give the columns once: --schema or --option columns=..., not both")
+        check_schema(schema)
         options["columns"] = schema
+    elif "columns" in given:
+        check_schema(options[given["columns"]], "--option columns")
     if metadata:
         if "metadata" in given:
             raise CdcflowUsageError("give the metadata once: --metadata or --option metadata=..., not both")

@@ -16,6 +16,7 @@ from cdcflow.cli.common import (
     DURATION_HELP,
     CdcflowUsageError,
     add_input_flags,
+    check_schema,
     kafka_timeout_option,
     key_values,
     merge_columns,
@@ -25,6 +26,8 @@ from cdcflow.cli.common import (
 from cdcflow.formats.redact import redact, shown_entry
 
 DEMO_DIR = "cdcflow-demo"
+INTERRUPTED = 130
+"""The exit code of a run Ctrl-C stopped (128 + SIGINT, as a shell reports it)."""
 T = TypeVar("T")
 SETTINGS = (
     "format",
@@ -50,6 +53,7 @@ SETTINGS = (
     "backend",
     "delta_jars",
     "jars",
+    "commit_group",
 )
 
 
@@ -138,6 +142,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="jars (files or folders, comma separated) the local Spark session loads, e.g. hadoop-aws's for "
         "a checkpoint on S3 (scripts/java_deps.sh hadoop-aws); default $CDCFLOW_JARS",
     )
+    parser.add_argument(
+        "--commit-group",
+        metavar="NAME",
+        help="Kafka: commit each committed micro-batch's end offsets to consumer group NAME, so that "
+        "kafka-consumer-groups and lag monitors show the lag (never read back: the checkpoint decides)",
+    )
     parser.add_argument("--show", action="store_true", help="print the table at the end (demo default)")
     parser.set_defaults(command=run)
 
@@ -157,6 +167,8 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
     merge_columns(merged["options"], None, list(getattr(args, "metadata", None) or []))
     if merged.get("schema") and any(key.strip().lower() == "columns" for key in merged["options"]):
         raise CdcflowUsageError("give the columns once: --schema or --option columns=..., not both")
+    if merged.get("schema"):
+        check_schema(str(merged["schema"]))
     merged["storage_options"] = storage | _storage_options(getattr(args, "storage_option", None) or [])
     return merged
 
@@ -248,6 +260,7 @@ def config_from(merged: dict[str, Any]) -> tuple[Any, bool]:
             delta_jars=merged.get("delta_jars"),
             storage_options=merged.get("storage_options") or {},
             jars=merged.get("jars"),
+            commit_group=merged.get("commit_group"),
         ),
         demo,
     )
@@ -302,8 +315,9 @@ def run(args: argparse.Namespace) -> int:
     check_local_dir(config.target, "--target")
     check_source(config.source, config.source_options())
     with spark_errors():
-        summary = ingest(config)
-    print(f"cdcflow ingest: done: {summary}", file=sys.stderr)
+        summary = ingest(config, out=sys.stderr)  # its last line says what it did
+    if summary.interrupted:
+        return INTERRUPTED
     if demo or args.show:
         print_table(config.target, config.key, config.storage_options)
     return 0

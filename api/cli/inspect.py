@@ -122,7 +122,10 @@ def _inspect_format(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     for letter in out.dead_letters:
-        print(f"cdcflow: dead letter {letter.message.origin()}: {letter.reason}", file=sys.stderr)
+        where = (
+            f"{letter.message.origin()}, field '{letter.field}'" if letter.field else letter.message.origin()
+        )
+        print(f"cdcflow: dead letter {where}: {letter.reason}", file=sys.stderr)
     print(f"cdcflow: {accounting_line(out.metrics)}", file=sys.stderr)
     return 0
 

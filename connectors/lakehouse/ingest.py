@@ -7,21 +7,27 @@ unless ``sequence_by`` names another column or ``none``.
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
-from cdcflow.connectors.errors import ConnectorOptionError, schema_change
+from cdcflow.connectors.errors import ConnectorError, ConnectorOptionError, schema_change
+from cdcflow.connectors.lakehouse import added_columns
+from cdcflow.connectors.lakehouse.checkpoint_lease import CheckpointLease
 from cdcflow.connectors.lakehouse.delta.apply import BatchApplied, Materialize
 from cdcflow.connectors.lakehouse.delta.backend import BACKENDS
 from cdcflow.connectors.lakehouse.delta.control import OnTruncate
 from cdcflow.connectors.lakehouse.delta.storage import Storage, is_remote, join
 from cdcflow.connectors.lakehouse.delta.tables import open_table
+from cdcflow.connectors.lakehouse.group_offsets import committing
 from cdcflow.connectors.lakehouse.ingest_defaults import (
     LEGACY_FILE_RECORDS_PER_PARTITION,
     SourceLinks,
@@ -37,18 +43,11 @@ from cdcflow.formats.redact import redacted_repr
 from cdcflow.formats.types import parse_ddl
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
 
-SOURCES = {
-    "debezium-json": "cdc-debezium",
-    "debezium-avro-confluent": "cdc-debezium-avro",
-    "canal-json": "cdc-canal",
-    "maxwell-json": "cdc-maxwell",
-    "ogg-json": "cdc-ogg",
-    "generic": "cdc-generic",
-    "upsert-kafka": "cdc-upsert-kafka",
-}
+    from cdcflow.connectors.spark.read_plan import ReadPlan
+
 DEBEZIUM_SEQUENCE = "source_sequence"
 DEBEZIUM_RESTART = "source_timestamp"
 """The commit time: tells a restarted log position (failover, RESET MASTER) from a late change."""
@@ -94,19 +93,25 @@ class IngestConfig:
     """delta-rs's storage options for a target or checkpoint on S3, ADLS, GCS (:mod:`.delta.storage`)."""
     jars: str | None = None
     """Jars or folders a local session loads, e.g. hadoop-aws for an S3 checkpoint (default $CDCFLOW_JARS)."""
+    commit_group: str | None = None
+    """Kafka: the consumer group each applied micro-batch's end offsets are committed to, for lag tools
+    (never read back: the checkpoint says where the job goes on; :mod:`.group_offsets`)."""
 
     def __repr__(self) -> str:
         return redacted_repr(self)
 
     def __post_init__(self) -> None:
-        if self.format not in SOURCES:
-            raise ConnectorOptionError(f"--format {self.format!r} is not one of {', '.join(SOURCES)}")
+        sources = _source_names()
+        if self.format not in sources:
+            raise ConnectorOptionError(f"--format {self.format!r} is not one of {', '.join(sources)}")
         if bool(self.path) == bool(self.bootstrap_servers):
             raise ConnectorOptionError(
                 "give either --path (recorded files) or --bootstrap-servers and --topic"
             )
         if self.bootstrap_servers and not self.topics:
             raise ConnectorOptionError("--bootstrap-servers needs at least one --topic")
+        if self.commit_group is not None and not self.bootstrap_servers:
+            raise ConnectorOptionError("--commit-group commits Kafka offsets: it needs --bootstrap-servers")
         if self.trigger not in ("available-now", "continuous"):
             raise ConnectorOptionError(f"--trigger must be available-now or continuous, not {self.trigger!r}")
         if not self.key:
@@ -119,7 +124,7 @@ class IngestConfig:
 
     @property
     def source(self) -> str:
-        return SOURCES[self.format]
+        return _source_names()[self.format]
 
     def resolved_sequence(self) -> str | None:
         if self.sequence_by == "none":
@@ -178,6 +183,12 @@ class IngestConfig:
         return [column for column, name in pairs if name not in requested]
 
 
+def _source_names() -> dict[str, str]:
+    from cdcflow.connectors.spark.sources import source_names
+
+    return source_names()
+
+
 @dataclass
 class IngestSummary:
     batches: int
@@ -189,21 +200,74 @@ class IngestSummary:
     """What became of the messages this run read (None without an accounting directory)."""
     interrupted: bool = False
     """Whether Ctrl-C (KeyboardInterrupt) stopped the run before its input was applied."""
+    batch_seconds: float | None = None
+    """From the start of the first batch to the end: the rate leaves out the session's start."""
+    dead_letters_to: str | None = None
+    """Where the source wrote its dead letters (``deadLetterPath`` or ``deadLetterTopic``)."""
 
     def __str__(self) -> str:
+        """One line, non-zero counts only: ``done: ...``, or ``interrupted (Ctrl-C): ... committed``."""
         p = self.progress
-        rate = p.changes / self.seconds if self.seconds else 0.0
-        rows = self.table_rows if self.table_rows is not None else 0
-        return (
-            f"{self.batches} batch(es), {p.changes:,} changes ({rate:,.0f}/s): {p.upserts:,} upserted, "
-            f"{p.deletes:,} deleted, {p.late:,} late, {p.restarts:,} restarted positions, "
-            f"{p.unmatched_retractions:,} unmatched retractions, {p.truncates:,} truncate(s), "
-            f"{p.control_events:,} other control event(s) skipped, {p.unavailable_unfilled:,} unavailable "
-            f"value(s) left NULL, {p.skipped} replayed batch(es) skipped; "
-            f"table version {self.table_version}, {rows:,} rows"
-            + (f"; {self.messages}" if self.messages is not None else "")
-            + ("; interrupted (Ctrl-C): run again to go on from the checkpoint" if self.interrupted else "")
+        seconds = self.seconds if self.batch_seconds is None else self.batch_seconds
+        rate = f" ({p.changes / seconds:,.0f}/s)" if seconds > 0 and p.changes else ""
+        applied = _counted(_applied_counts(p))
+        work = f"{_plural(self.batches, 'batch', 'batches')}, {p.changes:,} changes{rate}" + (
+            f": {applied}" if applied else ""
         )
+        table = f"table version {self.table_version}, {self.table_rows or 0:,} rows"
+        if self.interrupted:
+            parts = [f"interrupted (Ctrl-C): committed {work}", table]
+        elif self.batches == 0:
+            parts = ["done: nothing new since the last run (0 changes)", table]
+        else:
+            parts = [f"done: {work}", table]
+        if self.messages is not None and self.messages.read:
+            parts.append(_messages_text(self.messages, self.dead_letters_to))
+        if self.interrupted:
+            parts.append("run again to go on from the checkpoint")
+        return "; ".join(parts)
+
+
+def _plural(count: int, one: str, many: str) -> str:
+    return f"{count:,} {one if count == 1 else many}"
+
+
+def _counted(counts: list[tuple[int, str]]) -> str:
+    """``"4 upserted, 3 deleted"``: the non-zero ``(count, what)`` pairs."""
+    return ", ".join(f"{count:,} {what}" for count, what in counts if count)
+
+
+def _applied_counts(p: SinkProgress) -> list[tuple[int, str]]:
+    return [
+        (p.upserts, "upserted"),
+        (p.deletes, "deleted"),
+        (p.late, "late"),
+        (p.restarts, "restarted positions"),
+        (p.unmatched_retractions, "unmatched retractions"),
+        (p.unsequenced, "without a sequence"),
+        (p.truncates, "truncate(s)"),
+        (p.control_events, "other control event(s) skipped"),
+        (p.unavailable_unfilled, "unavailable value(s) left NULL"),
+        (p.skipped, "replayed batch(es) skipped"),
+    ]
+
+
+def _messages_text(m: MessageCounts, dead_letters_to: str | None) -> str:
+    """What became of the messages read, non-zero outcomes only, and where the dead letters went."""
+    dead = f"{m.dead_letters:,} dead letter(s)" if m.dead_letters else ""
+    if dead and m.internal_errors:
+        dead += f" ({m.internal_errors:,} internal errors)"
+    if dead and dead_letters_to:
+        dead += f" in {dead_letters_to}"
+    outcomes = [
+        f"{m.changed:,} with changes ({m.changes:,} rows)" if m.changed else "",
+        dead,
+        _counted([(m.control_events, "control event(s)"), (m.filtered, "filtered")]),
+        _counted([(m.tombstones, "tombstone(s)"), (m.empty, "empty")]),
+    ]
+    text = f"{m.read:,} messages read: " + ", ".join(filter(None, outcomes))
+    missing = m.read - m.accounted()
+    return text if missing == 0 else f"{text}; {missing:,} UNACCOUNTED (a cdcflow bug: please report)"
 
 
 def ingest(
@@ -214,13 +278,35 @@ def ingest(
 ) -> IngestSummary:
     """Run the ingestion; with ``available-now`` it returns once the input available at start is applied.
 
-    ``on_batch`` sees what each micro-batch did (its apply latency, counts), as it happens.
+    ``on_batch`` sees what each micro-batch did (its apply latency, counts), as it happens. The job holds
+    the checkpoint's lease while it runs (:mod:`.checkpoint_lease`): a second job on it is refused.
     """
+    storage = Storage(dict(config.storage_options))
+    lease = CheckpointLease(config.checkpoint, storage)
+    if config.commit_group is not None:
+        on_batch = committing(
+            config.commit_group, config.checkpoint, storage, config.source_options(), on_batch
+        )
+    try:
+        return _ingest(config, spark, out, lease.guard(on_batch), lease)
+    finally:
+        lease.release()
+
+
+def _ingest(
+    config: IngestConfig,
+    spark: SparkSession | None,
+    out: TextIO,
+    on_batch: Callable[[BatchApplied], None],
+    lease: CheckpointLease,
+) -> IngestSummary:
     from cdcflow.connectors.spark.jobs import local_session
 
     sequence = config.resolved_sequence()
     links = config.links()
-    origin = origin_columns(config)
+    plan = _plan(config)
+    check_columns(config, plan)
+    origin = origin_columns(config, plan)
     options = apply_options(
         config.key,
         sequence_by=sequence,
@@ -231,6 +317,8 @@ def ingest(
         delete_retention=config.delete_retention,
         state_ttl=config.state_ttl,
         on_truncate=config.on_truncate,
+        # The job's own ordering (source.sequence) is NULL for connectors without a log position.
+        unsequenced="arrival" if config.sequence_by is None else "dead-letter",
         **links.apply,
     )
     sink = DeltaSink(
@@ -244,6 +332,8 @@ def ingest(
         pipeline=config.backend == "delta-rs",
     )
     sink.check_identity()
+    if not is_remote(config.checkpoint):
+        lease.take()  # before Spark starts: a second job on the checkpoint is refused at once
     if spark is None:
         from pyspark.sql import SparkSession
 
@@ -252,29 +342,44 @@ def ingest(
     own_session = spark is None
     session = spark or local_session("cdcflow-ingest", _session_config(config))
     started = time.monotonic()
+    gate = _BatchGate(sink)
     accounting = config.accounting_path()
     local = None if is_remote(config.checkpoint) else config.checkpoint.removeprefix("file://")
     counts = CountsSince(accounting, local) if accounting is not None else None
     try:
+        lease.take(session)  # on an object store: written with Spark's file system, conditionally
         sink.bind(session)
         sink.recover()
         handoff_path = _handoff_path(config, session)
-        interrupted = _run(config, session, sink, started, out, counts, origin, handoff_path)
+        interrupted = _run(config, session, sink, gate, out, counts, origin, handoff_path)
         sink.drain()
     finally:
         sink.close()
         if own_session:
             session.stop()
     table = open_table(config.target, sink.storage)
-    return IngestSummary(
+    ended = time.monotonic()
+    summary = IngestSummary(
         batches=sink.progress.batches,
         progress=sink.progress,
-        seconds=time.monotonic() - started,
+        seconds=ended - started,
         table_version=table.version() if table is not None else None,
         table_rows=table.count() if table is not None else None,
         messages=counts.counts() if counts is not None else None,
         interrupted=interrupted,
+        batch_seconds=None if gate.first_started is None else ended - gate.first_started,
+        dead_letters_to=_dead_letters_to(config.options),
     )
+    out.write(f"cdcflow ingest: {summary}\n")
+    out.flush()
+    return summary
+
+
+def _dead_letters_to(options: Mapping[str, str]) -> str | None:
+    path, topic = given_key(options, "deadLetterPath"), given_key(options, "deadLetterTopic")
+    if path is not None:
+        return options[path]
+    return f"topic {options[topic]}" if topic is not None else None
 
 
 def _handoff_path(config: IngestConfig, session: SparkSession) -> str | None:
@@ -309,19 +414,50 @@ def _session_config(config: IngestConfig) -> dict[str, str]:
     return settings
 
 
-def origin_columns(config: IngestConfig) -> tuple[str, ...]:
+def _plan(config: IngestConfig) -> ReadPlan:
+    """The source's read as the query will plan it: the declared columns, or those it infers."""
+    from cdcflow.connectors.spark.read_plan import plan_read
+
+    return plan_read(config.format, config.source_options(), None)
+
+
+def check_columns(config: IngestConfig, plan: ReadPlan | None = None) -> None:
+    """Fail before Spark starts when ``--key``, ``--upsert-key`` or ``--sequence-by`` names no column of
+    the table (declared with ``--schema``, or inferred from the input), with the nearest names."""
+    plan = plan or _plan(config)
+    hidden = (plan.row_kind_column, plan.control_column)
+    changelog = [f.name for f in plan.output.fields if f.name not in hidden]
+    internal = {*config.links().exclude, *config.ordering_columns()}
+    table = [name for name in changelog if name not in internal]
+    wanted = [("--key", config.key, table), ("--upsert-key", config.upsert_key or (), table)]
+    if config.sequence_by not in (None, "none"):
+        wanted.append(("--sequence-by", (str(config.sequence_by),), changelog))
+    for flag, names, columns in wanted:
+        for name in names:
+            if name not in columns:
+                raise ConnectorOptionError(
+                    f"{flag} {name}: the table has no column {name!r}{_did_you_mean(name, columns)}; "
+                    f"its columns: {', '.join(table)}"
+                )
+
+
+def _did_you_mean(name: str, columns: list[str]) -> str:
+    lowered = {column.lower(): column for column in columns}
+    near = difflib.get_close_matches(name.lower(), list(lowered), n=1)
+    near = near or [c for c in lowered if len(c) > 1 and (c in name.lower() or name.lower() in c)][:1]
+    return f" (did you mean {lowered[near[0]]!r}?)" if near else ""
+
+
+def origin_columns(config: IngestConfig, plan: ReadPlan | None = None) -> tuple[str, ...]:
     """The metadata columns the job adds so that the applier's errors name where a change came from
     (``topic/partition@offset``, or ``file:line`` for recorded files), kept out of the table: none when
     the user asked for them already or a column of the table has one of their names."""
-    from cdcflow.connectors.spark.read_plan import plan_read
-
     wanted = ("file", "line") if config.path else ("topic", "partition", "offset")
     requested = set(config._metadata())
     if config.schema:
         columns = {f.name for f in parse_ddl(config.schema)}
     else:  # the columns the source infers, as it will when the query starts
-        plan = plan_read(config.format, config.source_options(), None)
-        columns = {f.name for f in plan.decoded_columns}
+        columns = {f.name for f in (plan or _plan(config)).decoded_columns}
     if columns & set(wanted):
         return ()
     return tuple(name for name in wanted if name not in requested)
@@ -349,7 +485,7 @@ def _run(
     config: IngestConfig,
     session: SparkSession,
     sink: DeltaSink,
-    started: float,
+    gate: _BatchGate,
     out: TextIO,
     counts: CountsSince | None = None,
     origin_metadata: tuple[str, ...] = (),
@@ -378,17 +514,21 @@ def _run(
             cores is None or _legacy_batch_pending(sink.storage, config)
         ):
             options["maxRecordsPerPartition"] = str(LEGACY_FILE_RECORDS_PER_PARTITION)
+    if not config.schema and given_key(options, "columns") is None:
+        kept = added_columns.recorded(config.checkpoint, sink.storage)
+        if kept is not None:
+            options["addedColumns"] = added_columns.merged(options.get("addedColumns"), kept)
     added = {f.name for f in parse_ddl(options["addedColumns"])} if "addedColumns" in options else set()
     while True:
         changelog = session.readStream.format(config.source).options(**options).load()
-        writer = changelog.writeStream.foreachBatch(sink).option("checkpointLocation", config.checkpoint)
+        writer = changelog.writeStream.foreachBatch(gate).option("checkpointLocation", config.checkpoint)
         if config.trigger == "available-now":
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=config.interval)
         query = writer.start()
         try:
-            return _follow(query, sink.progress, started, out, counts)
+            return _follow(query, gate, out, counts)
         except StreamingQueryException as error:
             change = schema_change(str(error))
             if change is None:
@@ -399,7 +539,8 @@ def _run(
                 raise spark_failure(error) from error  # declared columns, or no progress: it says what to do
             sink.drain()  # the batches before the one that failed are in the table when it restarts
             added |= new
-            options["addedColumns"] = ", ".join(filter(None, (options.get("addedColumns"), columns)))
+            options["addedColumns"] = added_columns.merged(options.get("addedColumns"), columns)
+            added_columns.record(config.checkpoint, sink.storage, options["addedColumns"])
             out.write(
                 f"cdcflow ingest: {origin} adds column(s) {columns}: restarting from the checkpoint with "
                 "them; the table gains them in this batch\n"
@@ -407,59 +548,121 @@ def _run(
             out.flush()
 
 
-def _follow(
-    query: StreamingQuery,
-    progress: SinkProgress,
-    started: float,
-    out: TextIO,
-    counts: CountsSince | None = None,
-) -> bool:
-    """Print progress until the query ends (False) or Ctrl-C stops it (True)."""
-    shown = -1
+class _Interrupted(ConnectorError, RuntimeError):
+    """A micro-batch Spark started after Ctrl-C: refused, so that Spark does not commit it."""
+
+
+class _BatchGate:
+    """The sink as Spark calls it: notes when the first batch starts (the rate leaves out the session's
+    start) and, after Ctrl-C, stops the query between two batches. A batch cut short fails inside a
+    Py4J call, and Spark's check of that error overflows the JVM's stack (a StackOverflowError of a
+    thousand lines); a batch that finishes is committed, and the run says so."""
+
+    def __init__(self, sink: DeltaSink) -> None:
+        self.sink = sink
+        self.first_started: float | None = None
+        self._stopping = False
+        self._running = False
+        self._idle = threading.Condition()
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        with self._idle:
+            if self._stopping:
+                raise _Interrupted(f"batch {batch_id} not started: the run was interrupted (Ctrl-C)")
+            self._running = True
+            if self.first_started is None:
+                self.first_started = time.monotonic()
+        try:
+            self.sink(batch, batch_id)
+        finally:
+            with self._idle:
+                self._running = False
+                self._idle.notify_all()
+
+    def stop(self, query: StreamingQuery) -> None:
+        """Let the batch in progress finish, then stop ``query``; a second Ctrl-C stops it at once."""
+        from cdcflow.connectors.spark.jobs import stop_quietly
+
+        try:
+            with self._idle:
+                self._stopping = True
+                while self._running:
+                    self._idle.wait(0.2)
+        finally:
+            stop_quietly(query)
+
+
+def _follow(query: StreamingQuery, gate: _BatchGate, out: TextIO, counts: CountsSince | None = None) -> bool:
+    """Print a line per applied batch until the query ends (False) or Ctrl-C stops it (True)."""
+    shown = 0
     try:
         while query.isActive:
             query.awaitTermination(1)
-            if progress.batches != shown:
-                shown = progress.batches
-                messages = counts.counts() if counts is not None else None
-                line = progress_line(progress, time.monotonic() - started, _lag(query.lastProgress), messages)
-                out.write(line + "\n")
-                out.flush()
+            shown = _show_progress(query, gate, out, counts, shown)
     except KeyboardInterrupt:
-        from cdcflow.connectors.spark.jobs import stop_quietly
-
-        out.write("cdcflow ingest: interrupted: stopping the query (the checkpoint keeps its place)\n")
+        out.write("cdcflow ingest: Ctrl-C: stopping after the batch in progress (Ctrl-C again: at once)\n")
         out.flush()
-        stop_quietly(query)
+        with contextlib.suppress(KeyboardInterrupt):
+            gate.stop(query)
         return True
     query.awaitTermination()
+    gate.sink.drain()  # the last batch's line too
+    _show_progress(query, gate, out, counts, shown)
     return False
 
 
+def _show_progress(
+    query: StreamingQuery, gate: _BatchGate, out: TextIO, counts: CountsSince | None, shown: int
+) -> int:
+    """The progress line, when batches were applied since the ``shown`` one; returns the batches shown."""
+    progress = gate.sink.progress
+    if progress.batches == shown:
+        return shown
+    since = None if gate.first_started is None else time.monotonic() - gate.first_started
+    committed = counts.committed() if counts is not None else None
+    out.write(progress_line(progress, since, _lag(query.lastProgress), committed) + "\n")
+    out.flush()
+    return progress.batches
+
+
 def progress_line(
-    progress: SinkProgress, seconds: float, lag: str, messages: MessageCounts | None = None
+    progress: SinkProgress, seconds: float | None, lag: str | None, messages: MessageCounts | None = None
 ) -> str:
-    last = progress.last
-    latency = f"{last.seconds * 1000:.0f} ms" if last is not None else "-"
-    rate = progress.changes / seconds if seconds > 0 else 0.0
-    return (
-        f"cdcflow ingest: {progress.batches} batches, {progress.changes:,} changes, {rate:,.0f} changes/s, "
-        f"last batch applied in {latency}, lag {lag}"
-        + (f"; this run: {messages}" if messages is not None else "")
-    )
+    """``batches: 3, changes: 1,200 (400 changes/s), upserted: 1,000, ...``: non-zero counts only, the
+    rate over ``seconds`` (since the first batch started), ``messages`` those of committed batches."""
+    rate = f" ({progress.changes / seconds:,.0f} changes/s)" if seconds and progress.changes else ""
+    counts = [(progress.batches, "batches"), (progress.changes, "changes")]
+    counts += _applied_counts(progress)
+    counts.append((messages.dead_letters if messages is not None else 0, "dead letters"))
+    shown = [f"{what}: {count:,}" + (rate if what == "changes" else "") for count, what in counts if count]
+    if progress.last is not None:
+        shown.append(f"last batch: {progress.last.seconds * 1000:,.0f} ms")
+    if lag is not None:
+        shown.append(f"lag: {lag}")
+    return "cdcflow ingest: " + ", ".join(shown)
 
 
-def _lag(last: Mapping[str, Any] | None) -> str:
+def _lag(last: Mapping[str, Any] | None) -> str | None:
     """How far the source is behind its latest offsets: records (Kafka) or bytes (recorded files)."""
     if not last or not last.get("sources"):
-        return "-"
+        return None
     source = last["sources"][0]
     end, latest = _parse(source.get("endOffset")), _parse(source.get("latestOffset"))
     if latest is None or end is None:
-        return "-"
+        return None
     if "files" in latest:  # recorded files: bytes per file (the end offset also has its split length)
-        return f"{max(0, _total(latest['files']) - _total(end.get('files'))):,} bytes"
-    return f"{max(0, _total(latest) - _total(end)):,} records"
+        return _size(max(0, _total(latest["files"]) - _total(end.get("files"))))
+    return _plural(max(0, _total(latest) - _total(end)), "record", "records")
+
+
+def _size(count: int) -> str:
+    """``count`` bytes in binary units: ``512 B``, ``35.3 MiB``."""
+    size, unit = float(count), "B"
+    for larger in ("KiB", "MiB", "GiB", "TiB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, larger
+    return f"{count:,} B" if unit == "B" else f"{size:,.1f} {unit}"
 
 
 def _parse(value: Any) -> Any:

@@ -27,9 +27,11 @@ from cdcflow.connectors.lakehouse.delta.apply import (
     BatchApplied,
     DeltaChangeApplier,
     Materialize,
+    Unsequenced,
 )
 from cdcflow.connectors.lakehouse.delta.backend import BACKENDS, DeltaRsBackend, TableBackend
 from cdcflow.connectors.lakehouse.delta.control import OnTruncate
+from cdcflow.connectors.lakehouse.delta.dead_letters import DEAD_LETTER_DIR, DeadLetterFiles
 from cdcflow.connectors.lakehouse.delta.pending import PendingBatches
 from cdcflow.connectors.lakehouse.delta.storage import LOCAL, Storage, is_remote, join
 from cdcflow.connectors.spark import handoff
@@ -76,6 +78,7 @@ class SinkProgress:
     unavailable_unfilled: int = 0
     truncates: int = 0
     control_events: int = 0
+    unsequenced: int = 0
     apply_seconds: float = 0.0
     last: BatchApplied | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -93,6 +96,7 @@ class SinkProgress:
             self.unavailable_unfilled += applied.unavailable_unfilled
             self.truncates += applied.truncates
             self.control_events += applied.control_events
+            self.unsequenced += applied.unsequenced
             self.apply_seconds += applied.seconds
             self.last = applied
 
@@ -194,7 +198,12 @@ class DeltaSink:
                 storage=self.storage,
             )
             self._applier = DeltaChangeApplier(
-                self.target, self.options, app_id=app_id, state_path=state, backend=self._tables
+                self.target,
+                self.options,
+                app_id=app_id,
+                state_path=state,
+                backend=self._tables,
+                dead_letters=DeadLetterFiles(self.dead_letter_path, self.storage),
             )
         return self._applier
 
@@ -203,6 +212,11 @@ class DeltaSink:
 
     def _state_path(self) -> str | None:
         return join(self.checkpoint, STATE_DIR) if self.options.stateful else None
+
+    @property
+    def dead_letter_path(self) -> str:
+        """Where the changes the applier leaves out go, one file per batch (:mod:`.delta.dead_letters`)."""
+        return join(self.checkpoint, DEAD_LETTER_DIR)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         if self._pending is not None:
@@ -319,6 +333,7 @@ def apply_options(
     new_key_column: str | None = None,
     control_column: str | None = None,
     on_truncate: str | OnTruncate = OnTruncate.APPLY,
+    unsequenced: str | Unsequenced = Unsequenced.DEAD_LETTER,
 ) -> ApplyOptions:
     return ApplyOptions(
         key=tuple(key),
@@ -335,6 +350,7 @@ def apply_options(
         new_key_column=new_key_column,
         control_column=control_column,
         on_truncate=OnTruncate.parse(on_truncate),
+        unsequenced=Unsequenced.parse(unsequenced),
     )
 
 

@@ -1,4 +1,5 @@
-"""Spark's side of an object store: the S3A settings and jars its streaming checkpoint needs.
+"""Spark's side of an object store: the S3A settings and jars its streaming checkpoint needs, and the
+conditional create (:func:`create_new`) the checkpoint's lease is written with.
 
 Spark writes the checkpoint itself through Hadoop's file systems: ``s3a://`` (and ``s3://``, mapped
 to S3A in a session ``cdcflow ingest`` starts) needs ``org.apache.hadoop:hadoop-aws`` (3.5.0 for
@@ -105,3 +106,49 @@ def require_filesystem(spark: SparkSession, uri: str, what: str) -> None:
             f"needs {needed}: give cdcflow ingest --jars (or {JARS_ENV}) their folder, or add them to the "
             f"session (spark-submit {where}){mapping}"
         ) from None
+
+
+_CONDITIONAL_CREATE = "fs.option.create.conditional.overwrite"
+"""S3A (hadoop-aws 3.4.2+): a new file is PUT with If-None-Match, so a file written meanwhile is kept."""
+_NO_CONDITIONAL_CREATE = "Conditional Writes Unavailable"
+_ALREADY_THERE = frozenset(
+    {"org.apache.hadoop.fs.FileAlreadyExistsException", "org.apache.hadoop.fs.s3a.RemoteFileChangedException"}
+)
+
+
+def create_new(spark: SparkSession, uri: str, text: str) -> bool | None:
+    """Write ``text`` to a new file at ``uri`` with Spark's Hadoop file system, only if there is none:
+    a conditional put on S3A (unless ``fs.s3a.create.conditional.enabled=false``: then S3A looks first),
+    ABFS and GCS, as Spark's own checkpoint files are. False when a file is there; None without a JVM to
+    ask (Spark Connect)."""
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:
+        return None
+    from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
+
+    path = jvm.org.apache.hadoop.fs.Path(uri)
+    fs = path.getFileSystem(spark._jsparkSession.sessionState().newHadoopConf())
+
+    def create(conditional: bool) -> None:
+        builder = fs.createFile(path).overwrite(False)
+        stream = (builder.opt(_CONDITIONAL_CREATE, True) if conditional else builder).build()
+        try:
+            stream.write(text.encode("utf-8"))
+        finally:
+            stream.close()
+
+    try:
+        try:
+            create(conditional=True)
+        except Py4JJavaError as error:
+            if _NO_CONDITIONAL_CREATE not in str(error.java_exception.getMessage()):
+                raise
+            create(conditional=False)
+    except Py4JJavaError as error:
+        cause = error.java_exception
+        while cause is not None:
+            if cause.getClass().getName() in _ALREADY_THERE:
+                return False
+            cause = cause.getCause()
+        raise
+    return True

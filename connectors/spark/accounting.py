@@ -17,7 +17,7 @@ import os
 import re
 import uuid
 from collections.abc import Iterable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import orjson
 
@@ -268,11 +268,17 @@ class CountsSince:
         self._before = count_files(directory)
         self._rolled = MessageCounts()
 
-    def counts(self) -> MessageCounts:
+    def committed(self) -> MessageCounts:
+        """The counts of the micro-batches Spark committed (with a ``checkpoint``; else none): unlike
+        :meth:`counts`, not those of a batch in progress, whose tasks wrote theirs already."""
         if self.checkpoint is not None:
             for name, (stamp, counts) in roll_up(self.directory, self.checkpoint).items():
                 if self._before.get(name) != stamp:
                     self._rolled.add(counts)
+        return replace(self._rolled)
+
+    def counts(self) -> MessageCounts:
+        self.committed()
         now = count_files(self.directory)
         total = read_counts(self.directory, [n for n, t in now.items() if self._before.get(n) != t])
         total.add(self._rolled)

@@ -167,6 +167,9 @@ class BatchDecoder:
         metrics.changed_messages += changed
         metrics.changes += result.rows.num_rows
         metrics.tombstones += 0 if messages is None else messages - changed
+        metrics.unavailable_values += result.unavailable_values
+        metrics.filled_values += result.filled_values
+        self._unfilled += result.unavailable_values
 
     def _arrange_lines(
         self, rows: pa.RecordBatch, origins: pa.Array, path: str, first_line: int

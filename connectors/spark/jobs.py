@@ -11,6 +11,7 @@ options set it). The query runs until the input available at its start is read
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -24,7 +25,14 @@ import pyarrow.compute as pc
 from cdcflow.connectors.errors import ConnectorError, ConnectorOptionError
 from cdcflow.connectors.spark.arrow_types import changes_from_arrow, schema_of_struct
 from cdcflow.connectors.spark.options import CONTROL_COLUMN
-from cdcflow.connectors.spark.session import cdcflow_spark_config, installed_pyspark_workers
+from cdcflow.connectors.spark.session import (
+    LOG_LEVEL_KEY,
+    cdcflow_spark_config,
+    installed_pyspark_workers,
+    jvm_stderr_without,
+    quiet_session_config,
+    verbose_spark,
+)
 from cdcflow.formats import render_change
 
 if TYPE_CHECKING:
@@ -74,7 +82,6 @@ def spark_errors() -> Iterator[None]:
 def stop_quietly(query: StreamingQuery) -> None:
     """Stop ``query`` after a Ctrl-C: without a second interrupt breaking the stop, and without the
     tracebacks Py4J logs for the call the interrupt cut short."""
-    import contextlib
     import logging
     import signal
     import threading
@@ -117,9 +124,9 @@ def check_source(source: str, options: Mapping[str, str]) -> None:
     the source itself does on the driver, so a mistake is one clear error instead of Spark's traces."""
     from cdcflow.connectors.kafka import admin as kafka_admin
     from cdcflow.connectors.spark.read_plan import KafkaInput, plan_read
-    from cdcflow.connectors.spark.sources import SOURCES
+    from cdcflow.connectors.spark.sources import source_names
 
-    by_name = {s.short_name: s.format_name for s in SOURCES}
+    by_name = {short: name for name, short in source_names().items()}
     if source not in by_name:
         raise ConnectorOptionError(f"--source {source!r} is not one of {', '.join(by_name)}")
     plan = plan_read(by_name[source], options, None)
@@ -132,7 +139,8 @@ def local_session(app_name: str = "cdcflow", config: Mapping[str, str] | None = 
 
     Under ``spark-submit`` its ``--master``, ``--conf`` and log settings win; these are defaults.
     An active session (a notebook's, a job's) is returned as it is: its log level and Ctrl-C handling
-    stay the caller's."""
+    stay the caller's. Spark and Kafka log errors only, from the JVM's start, unless the ``cdcflow``
+    logger is at INFO (:func:`~cdcflow.connectors.spark.session.verbose_spark`)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
@@ -144,25 +152,28 @@ def local_session(app_name: str = "cdcflow", config: Mapping[str, str] | None = 
         "spark.sql.shuffle.partitions": "2",
         "spark.sql.session.timeZone": "UTC",
     }
+    verbose = verbose_spark()
     # spark-submit starts the JVM first and hands this Python its gateway: its --master and --conf rule.
     if "PYSPARK_GATEWAY_PORT" in os.environ:
-        session = SparkSession.builder.getOrCreate()
+        session = _submitted_session(verbose)
         for key, value in settings.items():
             if session.conf.get(key, None) is None:
                 session.conf.set(key, value)
     else:
-        builder = SparkSession.builder.master("local[2]").appName(app_name)
-        for key, value in {
+        static = {
             **settings,
             **(config or {}),  # static settings (jars, extensions): only a session started here takes them
             "spark.ui.enabled": "false",
             "spark.ui.showConsoleProgress": "false",
-        }.items():
+        }
+        builder = SparkSession.builder.master("local[2]").appName(app_name)
+        for key, value in (static if verbose else quiet_session_config(static)).items():
             builder = builder.config(key, value)
-        with installed_pyspark_workers():
+        with installed_pyspark_workers(), contextlib.nullcontext() if verbose else jvm_stderr_without():
             session = builder.getOrCreate()
-        # A failed query's error reaches the caller; Spark's ERROR lines would repeat it with stack traces.
-        session.sparkContext.setLogLevel("FATAL")
+        if not verbose:
+            # A failed query's error reaches the caller; Spark's ERROR lines would repeat it with traces.
+            session.sparkContext.setLogLevel("FATAL")
     import signal
     import threading
 
@@ -171,6 +182,19 @@ def local_session(app_name: str = "cdcflow", config: Mapping[str, str] | None = 
         # logs tracebacks; a plain KeyboardInterrupt lets the caller stop its query (see stop_quietly).
         signal.signal(signal.SIGINT, signal.default_int_handler)
     return session
+
+
+def _submitted_session(verbose: bool) -> SparkSession:
+    """The session of the JVM ``spark-submit`` started: at Spark's ERROR level from the SparkContext's
+    start unless ``--conf spark.log.level`` (or ``verbose``) says otherwise."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder
+    SparkContext._ensure_initialized()  # the gateway, for the --conf settings spark-submit was given
+    if not verbose and not SparkConf().contains(LOG_LEVEL_KEY):
+        builder = builder.config(LOG_LEVEL_KEY, "ERROR")
+    return builder.getOrCreate()
 
 
 def changelog_printer(

@@ -66,6 +66,11 @@ def decode_kafka(
     sources' decoding options: ``metadata``, ``rowKindColumn``, ``controlEvents``, ``deadLetterPath``,
     ``deadLetterTopic`` (with ``kafka.bootstrap.servers`` and other ``kafka.*`` settings of its
     producer), ``accountingPath``, ``addedColumns`` and the format's own.
+
+    Spark's Kafka source is not part of pyspark: the session needs its jars, or ``format("kafka")``
+    fails with "Failed to find data source: kafka". Give ``spark-submit --packages
+    org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0`` (the session builder's ``spark.jars.packages``
+    alike), or the jars ``scripts/java_deps.sh spark-kafka`` fetches as ``spark.jars``.
     """
     given = dict(options or {})
     if columns is not None:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import pyarrow as pa
 from pyspark.sql import types as st
 
-from cdcflow.formats.base import Message
+from cdcflow.formats.base import METADATA_MARK, Message, metadata_column_name
 
 HEADER = st.StructType([st.StructField("key", st.StringType()), st.StructField("value", st.BinaryType())])
 
@@ -52,3 +52,18 @@ def metadata_array(key: str, messages: Sequence[Message], arrow_type: pa.DataTyp
     if key == "timestamp":
         return pa.array(values, type=pa.int64()).cast(arrow_type)
     return pa.array(values, type=arrow_type)
+
+
+def marked(output: st.StructType, keys: Iterable[str]) -> st.StructType:
+    """``output`` with the column of each metadata key (the connector's or the format's) marked in its
+    field metadata (:data:`~cdcflow.formats.base.METADATA_MARK`); Spark carries the mark through
+    projections and into ``toArrow``."""
+    names = {metadata_column_name(key): key for key in keys}
+    return st.StructType(
+        [
+            st.StructField(f.name, f.dataType, f.nullable, {**f.metadata, METADATA_MARK: names[f.name]})
+            if f.name in names
+            else f
+            for f in output.fields
+        ]
+    )

@@ -17,7 +17,7 @@ from cdcflow.connectors.kafka import admin as kafka_admin
 from cdcflow.connectors.kafka import options as kafka_options
 from cdcflow.connectors.replay import dumps as replay
 from cdcflow.connectors.spark.arrow_types import schema_of_struct, struct_type
-from cdcflow.connectors.spark.metadata import CONNECTOR_METADATA
+from cdcflow.connectors.spark.metadata import CONNECTOR_METADATA, marked
 from cdcflow.connectors.spark.options import (
     CONTROL_COLUMN,
     ControlEvents,
@@ -134,6 +134,7 @@ def plan_read(
         output = st.StructType([st.StructField(f.name, f.dataType, True, f.metadata) for f in output.fields])
         output.add(st.StructField(row_kind, st.StringType(), True))
         output.add(st.StructField(control, st.StringType(), True))
+    output = marked(output, (*connector_metadata, *format_metadata))
     handoff = _local_directory(options, "handoffPath")
     if user_schema is not None and not (handoff is not None and user_schema == _handoff_output(output)):
         _check_user_schema(user_schema, output)

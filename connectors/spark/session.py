@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import logging
 import os
 import shutil
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,12 +25,99 @@ PROVIDER_KEY = "spark.sql.streaming.stateStore.providerClass"
 TIME_TYPE_KEY = "spark.sql.timeType.enabled"
 SHUFFLE_PARTITIONS_KEY = "spark.sql.shuffle.partitions"
 SHUFFLE_PARTITIONS_PER_CORE = 2
+LOG_LEVEL_KEY = "spark.log.level"
+DRIVER_JAVA_OPTIONS_KEY = "spark.driver.extraJavaOptions"
+ERRORS_ONLY_LOG4J2 = """\
+# cdcflow: Spark's and Kafka's logs, errors only (the command line's --verbose: Spark's own settings)
+status = error
+appender.console.type = Console
+appender.console.name = console
+appender.console.target = SYSTEM_ERR
+appender.console.layout.type = PatternLayout
+appender.console.layout.pattern = %d{yy/MM/dd HH:mm:ss} %p %c{1}: %m%n%ex
+rootLogger.level = error
+rootLogger.appenderRef.console.ref = console
+# PySpark's JVM counts as a shell: when its logger's level differs from the root's, Spark prints two lines
+logger.shell.name = org.apache.spark.api.python.PythonGatewayServer
+logger.shell.level = error
+"""
+JVM_NOISE = (b"WARNING: Using incubator modules:",)
+"""Lines the JVM itself prints at start (no logger to quiet): Spark adds ``jdk.incubator.vector``."""
 
 
 def cdcflow_spark_config() -> dict[str, str]:
     """Settings to put on the session builder: stateful operators need the RocksDB state store, and
     Debezium's TIME columns Spark's TIME type (off by default in Spark 4.x)."""
     return {PROVIDER_KEY: ROCKSDB_PROVIDER, TIME_TYPE_KEY: "true"}
+
+
+def verbose_spark() -> bool:
+    """Whether Spark and Kafka log as they do by default: when the ``cdcflow`` logger is at INFO or
+    below (the command line's ``--verbose``); else a session cdcflow starts logs errors only."""
+    return logging.getLogger("cdcflow").isEnabledFor(logging.INFO)
+
+
+def quiet_session_config(config: dict[str, str], cache: Path | None = None) -> dict[str, str]:
+    """``config`` with the driver's JVM started on :data:`ERRORS_ONLY_LOG4J2` (a file in ``cache``, default
+    ``~/.cache/cdcflow``), unless ``config`` names a log4j2 configuration already."""
+    quiet = {**config}
+    options = quiet.get(DRIVER_JAVA_OPTIONS_KEY, "")
+    if "log4j2.configurationFile" not in options:
+        path = _errors_only_log4j2(cache)
+        if path is not None:
+            quiet[DRIVER_JAVA_OPTIONS_KEY] = f"{options} -Dlog4j2.configurationFile={path.as_uri()}".strip()
+    return quiet
+
+
+def _errors_only_log4j2(cache: Path | None) -> Path | None:
+    root = cache or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cdcflow"
+    for folder in (root, Path(tempfile.gettempdir())):
+        path = folder / "log4j2-errors-only.properties"
+        try:
+            if not path.is_file() or path.read_text(encoding="utf-8") != ERRORS_ONLY_LOG4J2:
+                folder.mkdir(parents=True, exist_ok=True)
+                temporary = folder / f".{path.name}.{os.getpid()}"
+                temporary.write_text(ERRORS_ONLY_LOG4J2, encoding="utf-8")
+                temporary.replace(path)
+            return path
+        except OSError:
+            continue
+    return None
+
+
+@contextmanager
+def jvm_stderr_without(noise: tuple[bytes, ...] = JVM_NOISE) -> Iterator[None]:
+    """While a JVM is started: the standard error it inherits (and keeps) is a pipe whose lines, but
+    those starting with one of ``noise``, a thread passes on to this process's standard error."""
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+        read, write = os.pipe()
+    except OSError:
+        yield
+        return
+    os.dup2(write, 2)
+    os.close(write)
+    threading.Thread(
+        target=_pass_on, args=(read, saved, noise), name="cdcflow-jvm-stderr", daemon=True
+    ).start()
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+
+
+def _pass_on(read: int, write: int, noise: tuple[bytes, ...]) -> None:
+    """Copy lines from ``read`` to ``write`` until the last writer closes it, but the ``noise``."""
+    with os.fdopen(read, "rb") as lines:
+        for line in lines:
+            if not line.startswith(noise):
+                try:
+                    os.write(write, line)
+                except OSError:
+                    pass  # the terminal is gone: keep reading, so that the JVM never blocks on a full pipe
+    os.close(write)
 
 
 def require_stateful_setup(spark: SparkSession) -> None:

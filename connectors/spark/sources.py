@@ -198,6 +198,11 @@ SOURCES: tuple[type[CdcSource], ...] = (
 )
 
 
+def source_names() -> dict[str, str]:
+    """The ``cdc-*`` source of each format name: the one table ``ingest``, ``stream`` and the checks read."""
+    return {source.format_name: source.short_name for source in SOURCES}
+
+
 def table_options(options: Mapping[str, str]) -> CaseInsensitiveDict:
     """A catalog table's options as the user wrote them: Spark adds its own keys (owner, provider,
     location, comment, TBLPROPERTIES) and each option again as ``option.<key>``, and qualifies

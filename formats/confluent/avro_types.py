@@ -166,12 +166,15 @@ def _decimal(attributes: Mapping[str, Any], path: str) -> tuple[DataType, Conver
     return data_type, convert
 
 
+_DIGITS = re.compile(r"[0-9]+")  # ASCII digits: str.isdigit() also takes "²", which int() refuses
+
+
 def _integer(value: Any, what: str, path: str) -> int:
     """A decimal's scale or precision: an integer, or its text (Connect's parameters are strings)."""
     if value.__class__ is int:
         return int(value)
-    if isinstance(value, str) and value.strip().isdigit() and len(value) <= 20:
-        return int(value)
+    if isinstance(value, str) and len(value) <= 20 and _DIGITS.fullmatch(value.strip(" ")):
+        return int(value.strip(" "))
     raise SchemaError(f"field '{path}': the decimal's {what} must be an integer, got {excerpt(value)}")
 
 

@@ -57,12 +57,15 @@ class ColumnarBatch:
     ``message_index[i]`` is the index, in the decoded block, of the message row ``i`` came from;
     ``changed`` is how many messages gave rows (every one that is not a tombstone or blank);
     ``messages`` how many the block had, blank ones too (for :meth:`ColumnarDecoder.decode_lines`, its
-    lines)."""
+    lines); ``unavailable_values`` and ``filled_values`` count unchanged-TOAST placeholders left NULL
+    and taken from the before image, as the per-record decoder's metrics do."""
 
     rows: pa.RecordBatch
     message_index: pa.Array
     changed: int
     messages: int
+    unavailable_values: int = 0
+    filled_values: int = 0
 
 
 class ColumnarDecoder:
@@ -249,6 +252,7 @@ class ColumnarDecoder:
         take = pa.array(message + len(codes) * from_before)  # the before images follow the after ones
         has_before = validity(before)
         missing = np.zeros((len(codes), len(self.columns)), dtype=np.bool_)
+        filled = 0
         arrays = []
         for index, plan in enumerate(self.columns):
             checked = self._placeholder_checked[index]
@@ -256,10 +260,11 @@ class ColumnarDecoder:
             if images[0] is None or images[1] is None:
                 return None
             if checked:
-                filled = self._unsent(images[0], images[1], has_before, plan.name)
-                if filled is None:
+                unsent = self._unsent(images[0], images[1], has_before, plan.name)
+                if unsent is None:
                     return None
-                images[0], images[1], missing[:, index] = filled
+                images[0], images[1], missing[:, index], column_filled = unsent
+                filled += column_filled
             arrays.append(pa.concat_arrays(images).take(take))
         if self.metadata:
             names = [plan.name for plan in self.columns]
@@ -275,17 +280,25 @@ class ColumnarDecoder:
             arrays.extend(column.take(at) for column in extra)
         arrays.append(_KINDS.take(pa.array(kinds)))
         rows = pa.RecordBatch.from_arrays(arrays, schema=self._output)
-        return ColumnarBatch(rows, pa.array(block.positions[message]), len(codes), len(block.offsets) - 1)
+        return ColumnarBatch(
+            rows,
+            pa.array(block.positions[message]),
+            len(codes),
+            len(block.offsets) - 1,
+            unavailable_values=int(missing.sum()),
+            filled_values=filled,
+        )
 
     def _unsent(
         self, after: pa.Array, before: pa.Array, has_before: npt.NDArray[np.bool_], name: str
-    ) -> tuple[pa.Array, pa.Array, npt.NDArray[np.bool_]] | None:
+    ) -> tuple[pa.Array, pa.Array, npt.NDArray[np.bool_], int] | None:
         """A column's placeholders: NULL in the before image; in the after image the before image's
-        value where it has one, else NULL and listed as missing (None: a key column lacks its value)."""
+        value where it has one, else NULL and listed as missing (None: a key column lacks its value).
+        Returns both images, where the after image is missing its value, and how many were filled."""
         unsent_after = _is_placeholder(after)
         unsent_before = _is_placeholder(before)
         if not (unsent_after.any() or unsent_before.any()):
-            return after, before, unsent_after
+            return after, before, unsent_after, 0
         if name in self.key_columns:
             return None  # the per-record path fails the record
         from_before = unsent_after & has_before & ~unsent_before
@@ -295,7 +308,7 @@ class ColumnarDecoder:
             before,
             pc.if_else(pa.array(unsent_after), pa.scalar(None, after.type), after),
         )
-        return after, before, unsent_after & ~from_before
+        return after, before, unsent_after & ~from_before, int(from_before.sum())
 
 
 def _expand(codes: npt.NDArray[np.int8], *, upsert: bool = False) -> tuple[Positions, npt.NDArray[np.int8]]:

@@ -49,7 +49,6 @@ _PART = r'null|"[0-9]{1,18}"|[0-9]{1,18}'
 _POSTGRES_SEQUENCE = rf"^\[(?P<a>{_PART}),(?P<b>{_PART})\]$"
 #: Epoch milliseconds within Python's datetime range (years 1 to 9999), as ``_millis`` accepts them.
 _MIN_MILLIS, _MAX_MILLIS = -62_135_596_800_000, 253_402_300_799_999
-_INT64 = np.iinfo(np.int64)
 
 
 class PositionFieldsNeeded(Exception):
@@ -156,10 +155,10 @@ def _sequence(source: pa.StructArray, *, postgres_fields: bool = False) -> pa.Ar
     if len(rest):
         rows = source.take(pa.array(rest)).to_pylist()
         for index, row in zip(rest.tolist(), rows, strict=True):
-            sequence = source_sequence(row) if row is not None else None
-            if sequence is not None and any(not _INT64.min <= part <= _INT64.max for part in sequence):
+            try:
+                sequences[int(index)] = source_sequence(row) if row is not None else None
+            except FieldError:
                 return None  # beyond BIGINT: the per-record path fails the record
-            sequences[int(index)] = sequence
     if not sequences:
         slots = np.arange(2)[None, :] < lengths[:, None]
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)

@@ -178,10 +178,12 @@ class DebeziumAvroConfig:
 
 @dataclass(frozen=True)
 class _Writer:
-    """One writer schema, read once: its text and the row converter of its Value record."""
+    """One writer schema, read once: its text, the row converter of its Value record and the output
+    columns it gives (the decoder's ``schema`` while its messages are read)."""
 
     text: str
     rows: RowConverter
+    columns: Schema
 
 
 def _parse_writer(text: str, where: str) -> tuple[Any, Any]:
@@ -224,6 +226,7 @@ class DebeziumAvroDecoder(Decoder):
             )
         if config.writer_schema is not None:
             self._explicit = self._writer(config.writer_schema, f"option '{NAME}.schema'")
+            self.schema = self._explicit.columns
 
     def __reduce__(self) -> tuple[Callable[..., DebeziumAvroDecoder], tuple[DebeziumAvroConfig]]:
         return type(self), (self.config,)
@@ -245,6 +248,7 @@ class DebeziumAvroDecoder(Decoder):
             )
             values = self._values = AvroReader(schemas)
         writer, payload = values.read(message.value)
+        self.schema = writer.columns  # a writer schema seen before may come back: its columns again
         if not isinstance(payload, dict):
             raise FieldError("", "the writer schema is not a record: is this a Debezium Envelope?")
         op = payload.get("op")
@@ -277,7 +281,7 @@ class DebeziumAvroDecoder(Decoder):
             raise FieldError("", str(error)) from None
         declared = self.config.schema
         if declared is None:
-            self.schema = output_schema(
+            columns = output_schema(
                 physical,
                 self.config.metadata,
                 unavailable=self.config.unavailable,
@@ -294,8 +298,11 @@ class DebeziumAvroDecoder(Decoder):
                     chosen[column.name] = coerce_converter(
                         converters[column.name], source, column.type, column.name
                     )
-            rows = RowConverter(declared, converters=chosen, unavailable=is_unavailable)
-        return _Writer(text, rows)
+            rows = RowConverter(
+                declared, converters=chosen, unavailable=is_unavailable, enforce_not_null=True
+            )
+            columns = self.schema
+        return _Writer(text, rows, columns)
 
     def _key(self, message: Message) -> dict[str, Any] | None:
         """The Kafka key's fields, when it is an Avro record whose schema can be had; else None."""

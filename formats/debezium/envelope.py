@@ -27,7 +27,7 @@ from cdcflow.formats.base import (
 )
 from cdcflow.formats.base import output_schema as base_output_schema
 from cdcflow.formats.coerce import exact_cast
-from cdcflow.formats.debezium.position import source_sequence
+from cdcflow.formats.debezium.position import source_lsn, source_sequence
 from cdcflow.formats.errors import FieldError, excerpt
 from cdcflow.formats.json_decode import (
     MAX_JSON_TEXT_DEPTH,
@@ -274,9 +274,8 @@ def metadata_values(
             value = schema_text
         elif key == "source.sequence":
             value = source_sequence(source)
-        else:  # source.lsn
-            lsn = source.get("lsn")
-            value = lsn if isinstance(lsn, int) else None
+        else:
+            value = source_lsn(source)
         out[metadata_column_name(key)] = value
     return out
 

@@ -139,7 +139,8 @@ class DebeziumJsonDecoder(Decoder):
             self.schema = output_schema(
                 config.schema, config.metadata, unavailable=config.unavailable, key_columns=config.key_columns
             )
-        self._by_connect_schema: LruCache[bytes, RowConverter] = LruCache(SCHEMA_CACHE_SIZE)
+        #: Per value schema: its row converter and the output columns (which ``schema`` then is).
+        self._by_connect_schema: LruCache[bytes, tuple[RowConverter, Schema]] = LruCache(SCHEMA_CACHE_SIZE)
         self._builder = ChangeBuilder(
             config.mode, config.unavailable, config.key_columns, NAME, config.metadata
         )
@@ -208,29 +209,31 @@ class DebeziumJsonDecoder(Decoder):
             fingerprint = orjson.dumps(value_schema)
         except orjson.JSONEncodeError:  # nested too deep, an integer beyond 64 bits: say which
             fingerprint = _schema_json(value_schema).encode()
-        rows = self._by_connect_schema.get(fingerprint)
-        if rows is None:
-            rows = self._connect_rows(value_schema)
-            self._by_connect_schema.put(fingerprint, rows)
+        cached = self._by_connect_schema.get(fingerprint)
+        if cached is None:
+            cached = self._connect_rows(value_schema)
+            self._by_connect_schema.put(fingerprint, cached)
+        rows, self.schema = cached  # a schema seen before may come back: its columns again
         return rows
 
-    def _connect_rows(self, value_schema: Mapping[str, Any]) -> RowConverter:
+    def _connect_rows(self, value_schema: Mapping[str, Any]) -> tuple[RowConverter, Schema]:
         try:
             physical, converters = connect.struct_columns(value_schema)
         except SchemaError as error:
             raise FieldError("schema", str(error)) from None
         declared = self.config.schema
         if declared is None:
-            self.schema = output_schema(
+            columns = output_schema(
                 physical,
                 self.config.metadata,
                 unavailable=self.config.unavailable,
                 key_columns=self.config.key_columns,
             )
             # Debezium fills key-only delete images with NULLs whatever the column's nullability.
-            return RowConverter(
+            rows = RowConverter(
                 physical, converters=converters, unavailable=is_unavailable, enforce_not_null=False
             )
+            return rows, columns
         if self.config.fail_on_new_columns:
             check_new_columns(declared, physical)
         raw_types = {f.get("field"): f.get("type") for f in value_schema.get("fields") or []}
@@ -245,7 +248,8 @@ class DebeziumJsonDecoder(Decoder):
             source = physical.field(column.name).type
             convert = converters[column.name]
             chosen[column.name] = coerce_converter(convert, source, column.type, column.name)
-        return RowConverter(declared, converters=chosen, unavailable=is_unavailable, enforce_not_null=True)
+        rows = RowConverter(declared, converters=chosen, unavailable=is_unavailable, enforce_not_null=True)
+        return rows, self.schema
 
 
 def _key_payload(message: Message) -> dict[str, Any] | None:

@@ -230,7 +230,14 @@ def _validator(schema: Any, where: str) -> Any:
 def _validation_error(writer: _Writer, envelope: Any, schema_id: int | str) -> FieldError | None:
     from jsonschema.exceptions import best_match
 
-    error = best_match(writer.validator.iter_errors(envelope))
+    try:
+        error = best_match(writer.validator.iter_errors(envelope))
+    except RecursionError:  # jsonschema recurses into the value (and its repr) once a level
+        return FieldError(
+            "",
+            f"the record is nested too deeply (about 1,000 levels) for jsonschema to validate it against "
+            f"writer schema {schema_id}: fix the producer, or set '{NAME}.validate'='false'",
+        )
     if error is None:
         return None
     message = error.message

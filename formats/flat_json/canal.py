@@ -124,6 +124,9 @@ SOURCES = {
 
 # --- MySQL types (schema-less decoding and the mysqlType / sqlType the encoder writes) -----------------
 
+_DIGITS = re.compile(r"[0-9]+")
+#: A type parameter beyond any MySQL length or precision (longer digit runs are read as it).
+_HUGE_PARAMETER = 10**18
 _MYSQL_TYPE = re.compile(r"\s*([a-z]+(?:\s+precision)?)\s*(?:\(([^)]*)\))?(.*)", re.IGNORECASE | re.DOTALL)
 _SIGNED = {
     "tinyint": TypeKind.TINYINT,
@@ -177,6 +180,10 @@ _SIMPLE = {
 }
 
 
+def _parameter(digits: str) -> int:
+    return int(digits) if len(digits) < 18 else _HUGE_PARAMETER
+
+
 def mysql_type(text: str) -> DataType:
     """The column type for a MySQL type as Canal reports it (``int(11)``, ``DECIMAL(8, 0) unsigned``).
 
@@ -190,7 +197,8 @@ def mysql_type(text: str) -> DataType:
         return STRING
     name, params_text, rest = match.group(1).lower(), match.group(2), match.group(3).lower()
     name = " ".join(name.split())
-    params = [int(p) for p in re.findall(r"\d+", params_text or "")] if name not in ("enum", "set") else []
+    listed = name not in ("enum", "set")
+    params = [_parameter(p) for p in _DIGITS.findall(params_text or "")] if listed else []
     unsigned = "unsigned" in rest or "zerofill" in rest
     if name == "tinyint" and params == [1] and not unsigned:
         return atomic(TypeKind.BOOLEAN)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -11,8 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
 from test_cli import run_cli
 
+from cdcflow.cli import main
 from cdcflow.connectors.spark.read_plan import plan_read
 from cdcflow.formats import DecodeOutput, Message, parse_ddl, resolve_format
 from cdcflow.formats.errors import DecodeError
@@ -191,6 +194,53 @@ def test_an_unwritable_checkpoint_is_named_before_spark_starts(command: str, tmp
     assert_one_clean_error(result.stderr)
 
 
+def test_no_command_prints_the_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        "usage: cdcflow [-h] COMMAND ...\ncdcflow: error: the following arguments are required: COMMAND\n"
+    )
+
+
+DEMO = str(Path(__file__).parent.parent.parent / "api" / "examples" / "postgres-debezium.dump.jsonl")
+
+
+@pytest.mark.parametrize(
+    ("flags", "error"),
+    [
+        (
+            ["--schema", "id INT NOT NULL, name STRNG"],
+            "--schema: cannot parse the schema at character 27 (...NOT NULL, name STRNG...): "
+            "unknown type 'STRNG'; known: ",
+        ),
+        (["--option", "schema-include"], "--option 'schema-include' must look like KEY=VALUE"),
+        (
+            ["--option", "schema-include=true", "--key", "item_id"],
+            "--key item_id: the table has no column 'item_id' (did you mean 'id'?); its columns: id, "
+            "c_numeric, c_numeric_var, c_decimal, c_real, c_double, c_smallint, c_bigint, c_boolean, c_date, "
+            "c_time, c_time3, c_timestamp, c_timestamp3, c_timestamptz, c_json, c_jsonb, c_uuid, c_bytea, "
+            "c_text, c_varchar, c_enum, c_int_array, big_text, big_jsonb\n",
+        ),
+        (
+            ["--option", "schema-include=true", "--sequence-by", "c_timestmp"],
+            "--sequence-by c_timestmp: the table has no column 'c_timestmp' (did you mean 'c_timestamp'?)",
+        ),
+    ],
+    ids=["schema", "option", "key", "sequence-by"],
+)
+def test_ingest_usage_errors_exit_2_naming_the_flag_before_spark_starts(
+    flags: list[str], error: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    checkpoint = tmp_path / "checkpoint"
+    command = ["ingest", "--path", DEMO, "--key", "id", "--target", str(tmp_path / "t")]
+    assert main([*command, "--checkpoint", str(checkpoint), *flags]) == 2
+    last = capsys.readouterr().err.splitlines(keepends=True)[-1]
+    assert last.startswith(f"cdcflow: {error}"), last
+    assert "_row_kind" not in last and "source_sequence" not in last  # internal columns
+    assert not checkpoint.exists()  # no query started
+
+
 def test_spark_failure_is_the_cdcflow_error_inside_spark_text() -> None:
     from cdcflow.connectors.spark.jobs import spark_failure
 
@@ -261,30 +311,57 @@ def test_a_bad_record_in_ingest_is_one_line_naming_it(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
-def test_ctrl_c_stops_a_continuous_ingest_quietly_with_a_summary(tmp_path: Path) -> None:
-    demo = Path(__file__).parent.parent.parent / "api" / "examples" / "postgres-debezium.dump.jsonl"
-    command = [sys.executable, "-m", "cdcflow", "ingest", "--trigger", "continuous", "--path", str(demo)]
-    table = ["--key", "id", "--target", str(tmp_path / "t"), "--checkpoint", str(tmp_path / "cp")]
+def test_ctrl_c_stops_a_file_ingest_between_batches_and_exits_130_saying_what_was_committed(
+    tmp_path: Path,
+) -> None:
+    """Ctrl-C once a batch is committed: the batch in progress finishes, the query stops, the run
+    exits 130 (an orchestrator must not record it as a success) with one line saying what was
+    committed, which is what the table holds; no JVM noise before it, no stack trace after it."""
+    recorded = tmp_path / "orders.jsonl"
+    with recorded.open("w") as out:  # about 20 micro-batches of 1 MB
+        for n in range(200_000):
+            after = {"id": n % 50_000, "name": f"order {n:09d}"}
+            out.write(json.dumps({"before": None, "after": after, "op": "c"}) + "\n")
+    target = tmp_path / "table"
+    command = [sys.executable, "-m", "cdcflow", "ingest", "--path", str(recorded)]
+    command += ["--schema", "id INT NOT NULL, name STRING", "--key", "id", "--sequence-by", "none"]
+    command += ["--max-bytes-per-trigger", "1000000"]
+    command += ["--target", str(target), "--checkpoint", str(tmp_path / "checkpoint")]
     process = subprocess.Popen(  # noqa: S603 - our own module, fixed arguments
-        [*command, "--option", "schema-include=true", *table],
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
+        command, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
     assert process.stderr is not None
     seen = []
-    for line in process.stderr:  # until the first micro-batch is applied
+    for line in process.stderr:  # until the first micro-batch is committed
         seen.append(line)
-        if re.match(r"cdcflow ingest: [1-9]\d* batches", line):
+        if line.startswith("cdcflow ingest: batches: "):
             break
     os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C does: the whole process group
-    rest = process.stderr.read()
+    rest = process.stderr.read().splitlines()
     process.stderr.close()
-    assert process.wait(timeout=120) == 0
-    assert_one_clean_error("".join(seen) + rest)
-    assert "cdcflow ingest: interrupted: stopping the query" in rest
-    assert "cdcflow ingest: done: " in rest and "table version" in rest
-    assert "interrupted (Ctrl-C): run again to go on from the checkpoint" in rest
+    assert process.wait(timeout=120) == 130, "".join(seen) + "\n".join(rest)
+
+    # quiet: cdcflow's own lines only; the first progress line is about a batch, short, no zero counts
+    assert all(line.startswith("cdcflow") for line in [*seen, *rest]), "".join(seen) + "\n".join(rest)
+    progress = seen[-1].rstrip("\n")
+    assert re.fullmatch(
+        r"cdcflow ingest: batches: 1, changes: [\d,]+ \([\d,]+ changes/s\), upserted: [\d,]+, "
+        r"last batch: [\d,]+ ms, lag: [\d.]+ MiB",
+        progress,
+    ), progress
+    committed = [line for line in rest if "committed" in line]
+    assert len(committed) == 1, rest
+    found = re.fullmatch(
+        r"cdcflow ingest: interrupted \(Ctrl-C\): committed (\d+) batch(?:es)?, ([\d,]+) changes .*"
+        r"; table version (\d+), ([\d,]+) rows; .*; run again to go on from the checkpoint",
+        committed[0],
+    )
+    assert found is not None, committed[0]
+    table = DeltaTable(str(target))
+    changes = int(found[2].replace(",", ""))
+    assert 0 < changes < 200_000, "the run should have been stopped midway"
+    assert (int(found[3]), int(found[4].replace(",", ""))) == (table.version(), len(table.to_pyarrow_table()))
+    assert len(table.to_pyarrow_table()) == min(changes, 50_000)
 
 
 def test_inspect_accounts_for_every_message(tmp_path: Path) -> None:

@@ -10,7 +10,8 @@ with ``ok`` or ``error <reason>``, and exits when stdin closes:
 - ``delete-records TOPIC PARTITION BEFORE_OFFSET`` (moves the low watermark, as retention does).
 
 The mock keeps its data in memory and lacks transactions under ``read_committed`` and
-``offsets_for_times``.
+``offsets_for_times``. :class:`InProcessMockCluster` runs one inside the test process instead, where a
+test can make its brokers answer requests with errors (a leader that moved, ...).
 """
 
 from __future__ import annotations
@@ -59,6 +60,12 @@ def _librdkafka() -> ctypes.CDLL:
     lib.rd_kafka_mock_topic_create.argtypes = [ptr, text, ctypes.c_int, ctypes.c_int]
     lib.rd_kafka_mock_partition_delete_records.restype = ctypes.c_int
     lib.rd_kafka_mock_partition_delete_records.argtypes = [ptr, text, ctypes.c_int32, ctypes.c_int64]
+    lib.rd_kafka_mock_push_request_errors_array.argtypes = [
+        ptr,
+        ctypes.c_int16,
+        size,
+        ctypes.POINTER(ctypes.c_int),
+    ]
     lib.rd_kafka_err2str.restype = text
     lib.rd_kafka_err2str.argtypes = [ctypes.c_int]
     return lib
@@ -99,6 +106,37 @@ class _Server:
     def close(self) -> None:
         self.lib.rd_kafka_mock_cluster_destroy(self.cluster)
         self.lib.rd_kafka_destroy(self.handle)
+
+
+class InProcessMockCluster(_Server):
+    """A mock cluster inside the test process, where a test can make the brokers answer with errors.
+
+    librdkafka's requests of one kind (``api_key``: 2 is ListOffsets, the watermark queries) from any
+    client fail in turn with the errors pushed; a watermark query sends two (low and high) at once.
+    """
+
+    LIST_OFFSETS = 2
+
+    def __init__(self, brokers: int = 1) -> None:
+        super().__init__(brokers)
+
+    def create_topic(self, name: str, partitions: int = 1) -> None:
+        reply = self.execute(f"create-topic {name} {partitions}")
+        if reply != "ok":
+            raise KafkaConnectorError(f"mock Kafka cluster: creating topic {name} failed: {reply}")
+
+    def fail_requests(self, api_key: int, error: int, count: int) -> None:
+        """The next ``count`` requests of ``api_key`` fail with the broker error code ``error``."""
+        errors = (ctypes.c_int * count)(*([error] * count))
+        self.lib.rd_kafka_mock_push_request_errors_array(self.cluster, api_key, count, errors)
+
+    def __enter__(self) -> InProcessMockCluster:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()
 
 
 def serve(brokers: int, commands: IO[str], replies: IO[str]) -> None:

@@ -28,6 +28,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from cdcflow.connectors.spark.arrow_types import ChangeBatchBuilder, arrow_schema, struct_type
+from cdcflow.connectors.spark.decode import BatchDecoder
+from cdcflow.connectors.spark.read_plan import plan_read
 from cdcflow.formats import DecodeError, DecodeOutput, Decoder, Message, Schema, parse_ddl, resolve_format
 from cdcflow.formats.base import Headers
 from cdcflow.formats.debezium.arrow import ColumnarBatch, ColumnarDecoder
@@ -786,3 +788,29 @@ def test_real_postgres_events_with_the_ingest_configuration_decode_as_per_record
             retract.check([value])
     # Only the truncate and the NaN/Infinity strings go per record now: placeholders are columnar.
     assert columnar >= 12
+
+
+def test_the_spark_decoder_counts_unavailable_values_as_the_per_record_decoder() -> None:
+    """``cdcflow ingest``'s configuration on the recorded PostgreSQL events, a message per block: the
+    events with unchanged-TOAST placeholders go columnar, and the values left NULL or taken from the
+    before image are counted as the per-record decoder counts them."""
+    raw = {
+        "kafka.bootstrap.servers": "unused:9092",
+        "subscribe": "t",
+        "columns": POSTGRES_COLUMNS,
+        "metadata": ",".join(INGEST_METADATA),
+        **{f"debezium-json.{key}": value for key, value in INGEST_OPTIONS.items()},
+    }
+    plan = plan_read("debezium-json", raw, None)
+    per_record = pickle.loads(pickle.dumps(plan.decoder))
+    recorded = _recorded_postgres()
+    messages = [
+        Message(value, key, "t", 0, offset)
+        for offset, (key, value) in enumerate([*recorded["cdc_types"], *recorded["cdc_types_full"]])
+    ]
+    decoding = BatchDecoder(plan)
+    for message in messages:
+        list(decoding.batches([message]))
+    expected = per_record.decode_all(messages).metrics
+    assert expected.unavailable_values > 0
+    assert decoding.metrics == expected

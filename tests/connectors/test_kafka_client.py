@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from kafka_fixture import KafkaCluster, unique_topic
 
+from cdcflow.cli import main
 from cdcflow.connectors.errors import ConnectorOptionError, DataLossError, KafkaConnectorError
 from cdcflow.connectors.kafka import admin as kafka_admin
 from cdcflow.connectors.kafka import offsets as kafka_offsets
@@ -526,6 +529,27 @@ def test_a_range_past_the_end_of_the_partition_is_data_loss(
     lenient = options_for(kafka_cluster, subscribe=topic, failOnDataLoss="false")
     assert [m.offset for m in kafka_reader.read_range(lenient, OffsetRange(topic, 2, 8, 15))] == [8, 9]
     assert list(kafka_reader.read_range(lenient, OffsetRange(topic, 2, 12, 15))) == []
+
+
+def test_ingest_gives_up_at_once_on_a_bootstrap_host_that_does_not_resolve(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A host name that does not resolve will not heal: the job fails naming it, well before the
+    --kafka-timeout it would wait for brokers that are down (.invalid never resolves, RFC 2606)."""
+    started = time.monotonic()
+    code = main(
+        [
+            *("ingest", "--bootstrap-servers", "kafka-1.no-such-host.invalid:9092", "--topic", "orders"),
+            *("--key", "id", "--schema", "id INT NOT NULL", "--kafka-timeout", "60s"),
+            *("--target", str(tmp_path / "t"), "--checkpoint", str(tmp_path / "c")),
+        ]
+    )
+    elapsed = time.monotonic() - started
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert code != 0 and elapsed < 15, (elapsed, error)
+    host = "kafka-1.no-such-host.invalid"
+    assert error.startswith(f"cdcflow: the Kafka bootstrap host(s) {host} do not resolve (")
+    assert "check the host names in kafka.bootstrap.servers" in error
 
 
 def test_unreachable_brokers_fail_naming_the_bootstrap_servers() -> None:

@@ -27,7 +27,7 @@ import pytest
 from kafka_fixture import KafkaCluster, unique_topic
 from kafka_mock import MockKafkaCluster
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.process]
 
 CHILD = Path(__file__).with_name("sink_query.py")
 SOURCE_PARTITIONS, SINK_PARTITIONS = 3, 3

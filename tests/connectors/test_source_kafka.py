@@ -9,7 +9,10 @@ from typing import Any
 
 import orjson
 import pytest
+from confluent_kafka import Consumer, KafkaError
+from confluent_kafka import TopicPartition as KafkaTopicPartition
 from kafka_fixture import KafkaCluster, unique_topic
+from kafka_mock import InProcessMockCluster
 from pyspark.sql import SparkSession
 from pyspark.sql import types as st
 from source_cases import (
@@ -267,3 +270,29 @@ def test_a_batch_read_of_an_empty_topic_is_empty(spark: SparkSession, kafka_clus
         .load()
     )
     assert df.collect() == []
+
+
+def test_a_leader_that_moved_while_the_source_plans_is_asked_again(spark: SparkSession) -> None:
+    """A broker restarting moves the leaders of its partitions: the offset queries of a job starting then
+    meet "Not leader for partition", which heals. The source asks again (until kafkaConsumer.pollTimeoutMs)
+    instead of failing the job."""
+    with InProcessMockCluster() as cluster:
+        products = ProductsTopic(cluster)  # type: ignore[arg-type]
+        # Two watermark queries' worth (each sends two requests): the first two attempts fail.
+        cluster.fail_requests(cluster.LIST_OFFSETS, KafkaError.NOT_LEADER_FOR_PARTITION, 4)
+        df = (
+            products.reader(spark)
+            .option("subscribe", products.name)
+            .option("metadata", KAFKA_METADATA + ",source.table")
+            .load()
+        )
+        assert observed(df) == expected_rows(products.messages)
+        # The faults were met by the read: none is left for the next query.
+        probe = Consumer({"bootstrap.servers": cluster.bootstrap_servers, "group.id": "probe"})
+        try:
+            assert probe.get_watermark_offsets(KafkaTopicPartition(products.name, 0), timeout=10) == (
+                0,
+                sum(1 for m in products.messages if m.partition == 0),
+            )
+        finally:
+            probe.close()

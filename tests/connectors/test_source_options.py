@@ -116,7 +116,7 @@ def test_schema_include_infers_the_columns_with_or_without_the_format_prefix(
             st.StructField("name", st.StringType(), False),
             st.StructField("description", st.StringType(), True),
             st.StructField("weight", st.DoubleType(), True),
-            st.StructField("source_table", st.StringType(), True),
+            st.StructField("source_table", st.StringType(), True, {"cdcflow.metadata": "source.table"}),
             st.StructField("_row_kind", st.StringType(), False),
         ]
     )

@@ -146,6 +146,20 @@ def test_compare_columns_leave_other_columns_out_of_the_whole_row_match() -> Non
     assert whole_row.unmatched == 1
 
 
+def test_retract_unmatched_retracts_the_oldest_live_row_or_deletes_the_key() -> None:
+    partial = dele(id=1, level=10, attr=None)
+    materializer = UpsertMaterializer(None, retract_unmatched=True)
+
+    single = steps(materializer, [ins(**R10), partial])
+    older_first = steps(materializer, [ins(**R10), ua(**R20), ub(id=1, level=10, attr="a0")])
+    nothing_live = steps(materializer, [partial])
+
+    assert single[-1] == ([], dele(**R10))
+    assert older_first[-1] == ([R20], None)
+    assert nothing_live[-1] == ([], dele(id=1, level=10, attr=None))
+    assert materializer.unmatched == 3
+
+
 # --- retractions ---------------------------------------------------------------------------------
 
 

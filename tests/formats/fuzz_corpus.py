@@ -6,13 +6,17 @@ run; it puts ``tests/formats`` on its ``sys.path`` to import this module, as pyt
 
 - :func:`targets`: one decoder configuration per recorded input — the golden cases of
   ``tests/formats/golden`` (Debezium with and without schema blocks, Canal, Maxwell, OGG), the
-  PostgreSQL recordings (``tests/formats/recorded/postgres``), the recorded workload dumps
-  (``tests/connectors/lakehouse/recorded``), Debezium Avro (``avro_events.py``), and ``generic`` and
-  ``upsert-kafka`` rows made from the Debezium and Maxwell images — each with and without every
-  metadata column the format offers, always with ``ignore-parse-errors``.
+  PostgreSQL recordings (``tests/formats/recorded/postgres``, also as ``cdcflow ingest`` reads them:
+  the columns and metadata of the columnar path), the recorded workload dumps
+  (``tests/connectors/lakehouse/recorded``), Debezium Avro (``avro_events.py``), Debezium JSON in
+  Confluent's JSON Schema framing (validated), and ``generic`` and ``upsert-kafka`` rows made from the
+  Debezium and Maxwell images — each with and without every metadata column the configuration takes,
+  always with ``ignore-parse-errors``.
 - :class:`Mutator`: byte flips, truncation, invalid UTF-8, wrong JSON types, lists where scalars
-  belong, huge numbers (integers over 4,300 digits), deep nesting (also as JSON text inside a string),
-  extreme timestamps and epochs, broken Kafka Connect schema blocks, very long values, mutated keys.
+  belong, huge numbers (integers over 4,300 digits), numbers beyond FLOAT, numeric text in other
+  scripts' digits or with control characters, deep nesting (also as JSON text inside a string),
+  extreme timestamps and epochs, log positions beyond BIGINT, broken Kafka Connect schema blocks, very
+  long values, mutated keys.
 - :func:`run_target`: decodes mutated messages one by one and tallies outcomes, raised exceptions,
   slow messages, the counters' accounting and whether each dead letter kept its exact bytes and
   coordinates.
@@ -30,7 +34,7 @@ import random
 import time
 import traceback
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -58,6 +62,8 @@ class Target:
     seeds: tuple[Message, ...]
     metadata: tuple[str, ...] = ()
     avro: bool = False
+    prefix: bytes = b""
+    """Bytes before each seed's JSON (Confluent's framing) that mutations of the JSON keep."""
 
     def decoder(self) -> Decoder:
         factory = resolve_format(self.format)
@@ -66,28 +72,33 @@ class Target:
 
 
 def targets() -> list[Target]:
-    """Every configuration to fuzz, each without and with all the format's metadata columns."""
-    plain = [*_golden(), *_postgres(), *_workload(), *_avro(), *_generic_and_upsert()]
+    """Every configuration to fuzz, each without and with all the metadata columns it takes."""
+    plain = [*_golden(), *_postgres(), *_workload(), *_avro(), *_registry(), *_generic_and_upsert()]
     out = []
     for target in plain:
         out.append(target)
-        keys = tuple(column.key for column in resolve_format(target.format).metadata_columns)
-        if keys:
-            with_metadata = Target(
-                f"{target.name}+metadata",
-                target.format,
-                target.options,
-                target.ddl,
-                target.seeds,
-                keys,
-                target.avro,
-            )
-            try:
-                with_metadata.decoder()
-            except Exception:  # noqa: S112 - a metadata column clashing with a table column
-                continue
-            out.append(with_metadata)
+        keys = _metadata_taken(target)
+        if keys and keys != target.metadata:
+            out.append(replace(target, name=f"{target.name}+metadata", metadata=keys))
     return out
+
+
+def _metadata_taken(target: Target) -> tuple[str, ...]:
+    """The format's metadata columns the target's configuration takes (some clash with a table column,
+    ``schema`` needs schema blocks), or none if they do not go together."""
+    every = tuple(column.key for column in resolve_format(target.format).metadata_columns)
+    if not every or _takes(target, every):
+        return every
+    keys = tuple(key for key in every if _takes(target, (key,)))
+    return keys if keys and _takes(target, keys) else ()
+
+
+def _takes(target: Target, metadata: tuple[str, ...]) -> bool:
+    try:
+        replace(target, metadata=metadata).decoder()
+    except Exception:  # a metadata column this configuration refuses
+        return False
+    return True
 
 
 def _golden() -> list[Target]:
@@ -126,7 +137,37 @@ def _postgres() -> list[Target]:
             out.append(
                 Target(f"postgres-{run}-{table}", "debezium-json", {**options, **mode}, declared, seeds)
             )
+    seeds = tuple(m for m in recorded("no-schemas") if m.topic.startswith("cdcflow.inventory.cdc_types"))
+    out.append(
+        Target(
+            "postgres-ingest-columnar",
+            "debezium-json",
+            {"changelog-mode": "upsert", "unavailable-values": "report"},
+            COLUMNAR_COLUMNS,
+            seeds,
+            INGEST_METADATA,
+        )
+    )
     return out
+
+
+#: The recorded PostgreSQL columns the columnar path reads (no DECIMAL, BINARY or nested types).
+COLUMNAR_COLUMNS = (
+    "id INT NOT NULL, c_real FLOAT, c_double DOUBLE, c_smallint SMALLINT, c_bigint BIGINT, "
+    "c_boolean BOOLEAN, c_date DATE, c_time TIME(6), c_time3 TIME(3), c_timestamp TIMESTAMP_NTZ(6), "
+    "c_timestamp3 TIMESTAMP_NTZ(3), c_json STRING, c_jsonb STRING, c_uuid STRING, c_text STRING, "
+    "c_varchar STRING, c_enum STRING, big_text STRING, big_jsonb STRING"
+)
+#: The metadata ``cdcflow ingest`` asks of Debezium, and the other columns the columnar path computes.
+INGEST_METADATA = (
+    "source.sequence",
+    "source.timestamp",
+    "unavailable-columns",
+    "old-key",
+    "new-key",
+    "source.lsn",
+    "ingestion-timestamp",
+)
 
 
 def _workload(per_file: int = 150) -> list[Target]:
@@ -169,6 +210,31 @@ def _avro() -> list[Target]:
         Target("avro-explicit", "debezium-avro-confluent", options, None, seeds, avro=True),
         Target(
             "avro-declared", "debezium-avro-confluent", options, avro_events.INFERRED_DDL, seeds, avro=True
+        ),
+    ]
+
+
+def _registry() -> list[Target]:
+    """``debezium-json-registry`` with validation: the recorded PostgreSQL envelopes in Confluent's
+    JSON Schema framing, read with the writer schemas of ``test_debezium_json_registry.py``."""
+    from test_debezium_json_registry import SMALL_SCHEMA, TYPES_SCHEMA, framed, messages
+
+    return [
+        Target(
+            "registry-small",
+            "debezium-json-registry",
+            {"schema": SMALL_SCHEMA, "validate": "true"},
+            "id INT NOT NULL, label STRING",
+            tuple(messages(17, "cdc_small")),
+            prefix=framed(17, b""),
+        ),
+        Target(
+            "registry-types",
+            "debezium-json-registry",
+            {"schema": TYPES_SCHEMA, "validate": "true"},
+            None,
+            tuple(messages(3, "cdc_types", topic="cdcflow.inventory.cdc_types")),
+            prefix=framed(3, b""),
         ),
     ]
 
@@ -309,6 +375,39 @@ SCALARS: tuple[Any, ...] = (
     " 12 ",
     "-0",
 )
+#: Numeric text that is no number: other scripts' digits (Python's int/float/Decimal read them),
+#: control characters str.strip() removes but float() does not, digit separators.
+ODD_NUMBER_TEXTS = (
+    "１",
+    "-１２.５",
+    "١٢٣",
+    "1\x1c",
+    "\x1f2.5",
+    " 3\x85",
+    "1_000",
+    "0x10",
+    "１e５",
+    "\u3000" + "7",
+)
+#: Numbers a double holds and a FLOAT does not (the largest FLOAT is about 3.4028235e38).
+BEYOND_FLOAT: tuple[Any, ...] = (1e39, -3.5e38, 1.7976931348623157e308)
+#: A log position's fields (each with the connector that reads it) set to what no BIGINT holds.
+POSITION_EDITS: tuple[tuple[str, str, Any], ...] = (
+    ("postgresql", "lsn", 2**64 - 1),
+    ("postgresql", "lsn", True),
+    ("postgresql", "lsn", 2**63),
+    ("postgresql", "sequence", '["99999999999999999999","1"]'),
+    ("postgresql", "sequence", '[null,"9223372036854775808"]'),
+    ("postgresql", "sequence", '["1","１"]'),
+    ("postgresql", "sequence", [True, "1"]),
+    ("sqlserver", "commit_lsn", "ffffffffffffffffff:0:0"),
+    ("sqlserver", "change_lsn", "0:8000000000000000:0"),
+    ("mysql", "pos", 1e79),
+    ("mysql", "file", "mysql-bin." + "9" * 30),
+    ("mysql", "row", 2**63),
+    ("oracle", "scn", "12345678901234567890"),
+    ("oracle", "commit_scn", "99999999999999999999"),
+)
 INVALID_UTF8 = (b"\xff", b"\xc3\x28", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xe2\x82", b"\x80")
 OPS = ("c", "u", "d", "r", "t", "m", "INSERT", "UPDATE", "DELETE", "I", "U", "D", "T", "insert", "update")
 OPS += ("delete", "bootstrap-insert", "bootstrap-start", "CREATE", "INIT", "+I", "u ", "")
@@ -369,7 +468,7 @@ class Mutator:
     # Values that break things when put anywhere in a document.
     def hostile(self) -> Any:
         rng = self.rng
-        roll = rng.randrange(11)
+        roll = rng.randrange(13)
         if roll == 0:
             return rng.choice(SCALARS)
         if roll == 1:
@@ -409,6 +508,10 @@ class Mutator:
             return {"scale": scale, "value": value}
         if roll == 9:
             return Raw(rng.choice((b'"\\ud800"', b'"\\u0000"', b'"a\\udfffb"', b"[1,]", b'"\\x41"')))
+        if roll == 10:
+            return rng.choice(ODD_NUMBER_TEXTS)
+        if roll == 11:
+            return rng.choice(BEYOND_FLOAT)
         return rng.choice(OPS)
 
     def message(self, target: Target, index: int) -> Message:
@@ -419,10 +522,14 @@ class Mutator:
         if rng.random() >= 0.1:  # one message in ten is left as recorded
             for _ in range(rng.choice((1, 1, 1, 2, 3))):
                 roll = rng.random()
+                framed = value is not None and bool(target.prefix) and value.startswith(target.prefix)
                 if roll < 0.15 and target.format != "debezium-avro-confluent":
                     key = self.mutate_key(key)
                 elif target.avro and roll < 0.6:
                     value = self.mutate_avro(value)
+                elif framed and roll < 0.75:
+                    assert value is not None
+                    value = target.prefix + self.mutate_json(value[len(target.prefix) :])
                 elif value is not None and not target.avro and roll < 0.75:
                     value = self.mutate_json(value)
                 else:
@@ -485,7 +592,13 @@ class Mutator:
             return self.mutate_bytes(data)
         roll = rng.random()
         schema_blocks = [h for h in holders if isinstance(h[0], dict) and _is_connect_field(h[0])]
-        if roll < 0.2 and schema_blocks:
+        sources = [h[0][h[1]] for h in holders if h[1] == "source" and isinstance(h[0][h[1]], dict)]
+        if roll < 0.1 and sources:
+            connector, name, position = rng.choice(POSITION_EDITS)
+            source = rng.choice(sources)
+            source["connector"] = connector
+            source[name] = position
+        elif roll < 0.2 and schema_blocks:
             holder, _ = rng.choice(schema_blocks)
             name, broken = rng.choice(CONNECT_EDITS)
             holder[name] = copy.deepcopy(broken)

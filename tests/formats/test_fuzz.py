@@ -10,6 +10,7 @@ conversion fails here instead of hiding in a dead letter.
 from __future__ import annotations
 
 import datetime as dt
+import os
 from collections import Counter
 from typing import Any
 
@@ -23,7 +24,8 @@ from cdcflow.formats.errors import MAX_REASON, FieldError, FormatError, exceptio
 from cdcflow.formats.types import Schema
 
 MESSAGES = 15_000
-SEED = 12
+#: Rotate it with CDCFLOW_FUZZ_SEED (as tests/connectors/test_source_fuzz.py).
+SEED = int(os.environ.get("CDCFLOW_FUZZ_SEED", "12"))
 #: Only a hang fails here; the 100 ms bound per message is bench/fuzz.py's to print.
 HANG_SECONDS = 5.0
 TARGETS = targets()
@@ -59,9 +61,12 @@ def test_every_format_is_fuzzed_with_every_outcome(tally: Tally) -> None:
         "ogg-json",
         "generic",
         "upsert-kafka",
+        "debezium-json-registry",
     }
     assert any(t.options.get("schema-include") == "true" for t in TARGETS)
     assert any(t.metadata for t in TARGETS)
+    # The log positions and the columnar path's metadata, on messages without schema blocks too.
+    assert any("source.sequence" in t.metadata and not t.options.get("schema-include") for t in TARGETS)
     metrics = tally.metrics
     # The mutator neither breaks everything nor nothing.
     assert metrics.changed_messages > MESSAGES // 10

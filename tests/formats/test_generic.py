@@ -493,3 +493,20 @@ def test_round_trip_of_retract_mappings(changes: list[Change]) -> None:
         {"op-field": "__op", "op-mapping": OPS_RETRACT, "key-columns": "id"},
     ):
         assert round_trip(options, changes) == changes
+
+
+def test_a_null_in_a_not_null_column_is_a_dead_letter_not_a_row() -> None:
+    # Spark fails the whole query on a NULL in a NOT NULL column (found by the sources' fuzz).
+    decoding = decoder(
+        "id INT NOT NULL, name STRING NOT NULL", **{"ignore-parse-errors": "true", "key-columns": "id"}
+    )
+    out = decoding.decode_all(
+        rows(
+            {"id": 1, "name": None, "op": "INSERT"},
+            {"op": "INSERT", "name": "a"},
+            {"id": 2, "name": "b", "op": "INSERT"},
+        )
+    )
+    assert [render_change(change, decoding.schema) for change in out.changes] == ["+I[2, b]"]
+    assert [(letter.message.offset, letter.field) for letter in out.dead_letters] == [(0, "name"), (1, "id")]
+    assert all("NULL" in letter.reason for letter in out.dead_letters)

@@ -309,6 +309,8 @@ BROKEN_SCHEMAS = {
     ),
     "scale not an integer": (connect_decimal(scale="abc"), "'scale' must be an integer"),
     "scale a float": (connect_decimal(scale=2.5), "'scale' must be an integer"),
+    "scale with a control character": (connect_decimal(scale="2\x1c"), "'scale' must be an integer"),
+    "scale in superscript digits": (connect_decimal(scale="²"), "'scale' must be an integer"),
     "precision over 4,300 digits": (
         connect_decimal(connect_decimal_precision="9" * 5000),
         "must be an integer",
@@ -385,3 +387,31 @@ def test_canal_mysql_types_nested_deeply_are_a_dead_letter() -> None:
     message = b'{"type":"INSERT","isDdl":false,"data":[{"id":"1"}],"mysqlType":{"id":%s}}' % nested
     field, reason = dead_letter(decoder("canal-json", None), message)
     assert field == "mysqlType" and "must be text" in reason
+
+
+def test_canal_mysql_type_lengths_of_thousands_of_digits_are_read_as_huge() -> None:
+    # int() refuses over 4,300 digits: such a length must not fail the record as a cdcflow bug.
+    types = {"id": "int(11)", "d": "decimal(" + "9" * 5000 + ",2)", "v": "varchar(" + "9" * 5000 + ")"}
+    message = {
+        "type": "INSERT",
+        "isDdl": False,
+        "data": [{"id": "1", "d": "1.5", "v": "x"}],
+        "mysqlType": types,
+    }
+    out = decoder("canal-json", None).decode_all(
+        [Message(orjson.dumps(message), topic="t", partition=0, offset=5)]
+    )
+    assert out.dead_letters == [] and [change.row for change in out.changes] == [
+        {"id": 1, "d": "1.5", "v": "x"}
+    ]
+
+
+def test_an_avro_decimal_scale_that_is_no_ascii_integer_is_an_option_error() -> None:
+    from avro_events import ENVELOPE_TEXT
+
+    from cdcflow.formats.errors import FormatOptionError
+
+    broken = ENVELOPE_TEXT.replace('"scale": "2"', '"scale": "2\\u001c"', 1)
+    assert broken != ENVELOPE_TEXT
+    with pytest.raises(FormatOptionError, match="field 'price': the decimal's scale must be an integer"):
+        resolve_format("debezium-avro-confluent").create_decoder({"schema": broken})

@@ -315,3 +315,16 @@ def test_round_trip(changes: list[Change], options: dict[str, str]) -> None:
     assert decoded == expected
     encoded_again = FACTORY.create_encoder(options, parse_ddl(ROUND_SCHEMA)).encode_all(expected)
     assert decoding.decode_all([Message(e.value, key=e.key) for e in encoded_again]).changes == expected
+
+
+def test_a_value_without_its_key_columns_takes_them_from_the_key_and_nulls_in_not_null_columns_fail() -> None:
+    # Spark fails the whole query on a NULL in a NOT NULL column (found by the sources' fuzz).
+    decoding = decoder("user_region STRING NOT NULL, pv BIGINT NOT NULL", **{"ignore-parse-errors": "true"})
+    out = decoding.decode_all(
+        [
+            record(b'{"user_region":"eu"}', b'{"pv":7}', offset=0),
+            record(b'{"user_region":"eu"}', b"{}", offset=1),
+        ]
+    )
+    assert [render_change(change, decoding.schema) for change in out.changes] == ["+U[eu, 7]"]
+    assert [(letter.message.offset, letter.field) for letter in out.dead_letters] == [(1, "value.pv")]

@@ -12,7 +12,9 @@ commit (see ``control``); a column absent from the batch keeps the table's value
 Optional behaviours keep per-key state (a Delta table at ``state_path``, see ``key_state``):
 
 - ``sequence_by``: a change older than the key's last applied sequence is late and ignored (counted);
-  a delete leaves a tombstone for ``delete_retention`` so a late insert cannot resurrect the row;
+  a delete leaves a tombstone for ``delete_retention`` so a late insert cannot resurrect the row; a
+  change without a sequence is a dead letter (see ``dead_letters``), or, by option, applied where it
+  arrived (counted either way);
 - upsert materialization (spec 002): the live rows per key, so retractions that arrive after their
   additions, or a changelog keyed differently from the table, still leave the right row.
 """
@@ -38,8 +40,10 @@ from cdcflow.connectors.lakehouse.delta.backend import DELTA_RS, Every, TableBac
 from cdcflow.connectors.lakehouse.delta.batch import (
     EPOCH,
     IDX,
+    ORDER,
     SEQ,
     ChangeBatch,
+    arrival_order,
     check_update_pairs,
     last_per_key,
     prepare,
@@ -53,6 +57,7 @@ from cdcflow.connectors.lakehouse.delta.control import (
     decide,
     split_controls,
 )
+from cdcflow.connectors.lakehouse.delta.dead_letters import DeadLetterFiles, letters
 from cdcflow.connectors.lakehouse.delta.key_state import (
     DELETED_AT,
     SLOT,
@@ -87,6 +92,26 @@ class Materialize(enum.Enum):
             ) from None
 
 
+class Unsequenced(enum.Enum):
+    """What becomes of a change whose ``sequence_by`` value is NULL (counted either way)."""
+
+    DEAD_LETTER = "dead-letter"
+    """Not applied: a dead letter with the reason (its key's order cannot place it)."""
+    ARRIVAL = "arrival"
+    """Applied where it arrived: after its key's earlier changes in the batch, and never late."""
+
+    @classmethod
+    def parse(cls, value: str | Unsequenced) -> Unsequenced:
+        if isinstance(value, Unsequenced):
+            return value
+        try:
+            return cls(value.strip().lower())
+        except ValueError:
+            raise ConnectorOptionError(
+                f"unsequenced must be one of dead-letter, arrival, not {value!r}"
+            ) from None
+
+
 @dataclass(frozen=True)
 class ApplyOptions:
     """How a changelog lands in its table; checked once, on the driver."""
@@ -114,6 +139,8 @@ class ApplyOptions:
     control_column: str | None = None
     """Set on control events (``truncate``, ``message``, ...): such rows are not changes."""
     on_truncate: OnTruncate = OnTruncate.APPLY
+    unsequenced: Unsequenced = Unsequenced.DEAD_LETTER
+    """With ``sequence_by``: what becomes of a change whose sequence is NULL."""
 
     def __post_init__(self) -> None:
         if not self.key:
@@ -171,6 +198,8 @@ class BatchApplied:
     truncates: int = 0
     control_events: int = 0
     """Control events other than TRUNCATE (messages, schema changes), skipped."""
+    unsequenced: int = 0
+    """Changes whose ``sequence_by`` value is NULL: dead letters, or applied in arrival order."""
     table_version: int | None = None
     seconds: float = 0.0
 
@@ -187,7 +216,10 @@ class DeltaChangeApplier:
         state_path: str | None = None,
         clock: Callable[[], float] = time.time,
         backend: TableBackend = DELTA_RS,
+        dead_letters: DeadLetterFiles | None = None,
     ) -> None:
+        """``dead_letters``: where the changes left out go (the Delta sink's are in its checkpoint);
+        without it they are only counted and logged."""
         if options.stateful and not state_path:
             raise ConnectorOptionError(
                 "sequence_by, upsert materialization and primary-key links (old_key_column, "
@@ -201,6 +233,7 @@ class DeltaChangeApplier:
         self.clock = clock
         self.backend = backend
         """Reads and writes the target and the key state: delta-rs, or Spark with Delta's jars."""
+        self.dead_letters = dead_letters
 
     def applied_batch(self) -> int:
         """The last batch id committed to the target table (-1 when none)."""
@@ -303,6 +336,7 @@ class DeltaChangeApplier:
         control = decide(controls, options.on_truncate)
         result.changes, result.truncates = batch.num_rows, control.truncates
         result.control_events = control.others
+        batch = self._unsequenced(batch, result)
         truncation = control.truncation
         if truncation is not None:
             batch = batch.keep(~truncation.void(batch))
@@ -316,6 +350,37 @@ class DeltaChangeApplier:
             int(late.sum()),
         )
         return batch.keep(~late), truncation, int(late.sum())
+
+    def _unsequenced(self, batch: ChangeBatch, result: BatchApplied) -> ChangeBatch:
+        """The batch without its changes that have no sequence (dead letters), or with them placed where
+        they arrived (``unsequenced='arrival'``); counted either way."""
+        options = self.options
+        if options.sequence_by is None:
+            return batch
+        missing = np.asarray(pc.is_null(batch.data.column(SEQ).combine_chunks()), dtype=bool)
+        result.unsequenced = int(missing.sum())
+        if not result.unsequenced:
+            return batch
+        if options.unsequenced is Unsequenced.ARRIVAL:
+            return arrival_order(batch, options.key)
+        at = np.flatnonzero(missing)
+        reason = (
+            f"{options.sequence_by} is NULL: the change cannot be ordered among its key's changes; fill "
+            f"{options.sequence_by}, or apply such changes in arrival order with unsequenced='arrival'"
+        )
+        if self.dead_letters is not None:
+            self.dead_letters.write(batch.batch_id, letters(batch, at, reason, options.sequence_by))
+        shown = [batch.where(int(i)) for i in at[:5]]
+        log.warning(
+            "batch %d: %d change(s) not applied, %s: %s%s (dead letters: %s)",
+            batch.batch_id,
+            len(at),
+            reason,
+            "; ".join(shown),
+            ", ..." if len(at) > len(shown) else "",
+            self.dead_letters.directory if self.dead_letters is not None else "not kept",
+        )
+        return batch.keep(~missing)
 
     def _kept_after(
         self, state: TableHandle | None, truncation: Truncation | None, winners: pa.Table
@@ -502,6 +567,8 @@ class DeltaChangeApplier:
         restarted = pa.array(epochs.epoch[np.asarray(winners.column(IDX), dtype=np.int64)] > 0)
         winners = winners.drop_columns([c for c in (EPOCH,) if c in winners.schema.names])
         restart = self._restart_values(batch, winners)
+        # A winner without a sequence (unsequenced='arrival') keeps the highest its key reached.
+        inherited = winners.column(ORDER) if ORDER in winners.schema.names else None
         if known is not None and known.num_rows:
             at = key_index.positions_in(winners, known, key)
             known_seq = key_index.take_or_null(known.column(STATE_SEQ), at)
@@ -516,9 +583,12 @@ class DeltaChangeApplier:
             sequenced = pc.is_valid(winners.column(SEQ))
             known_restart = key_index.take_or_null(known.column(STATE_RESTART).cast(pa.large_binary()), at)
             restart = pc.if_else(sequenced, restart, known_restart)
-            merged = pc.coalesce(winners.column(SEQ), known_seq)
+            merged = pc.coalesce(winners.column(SEQ), _highest(inherited, known_seq))
             winners = winners.set_column(winners.schema.get_field_index(SEQ), SEQ, merged)
             winners, restart = winners.filter(pc.invert(late)), restart.filter(pc.invert(late))
+        elif inherited is not None:
+            merged = pc.coalesce(winners.column(SEQ), inherited)
+            winners = winners.set_column(winners.schema.get_field_index(SEQ), SEQ, merged)
         deleted = pc.equal(winners.column(OP), "D")
         restart_state = {STATE_RESTART: restart} if options.restart_by else {}
         state_rows = pa.table(
@@ -584,7 +654,7 @@ class DeltaChangeApplier:
         """The batch's live rows per key, given ``known`` (the state rows of its keys)."""
         options = self.options
         key = list(options.key)
-        data_columns = [n for n in batch.data.schema.names if n not in (IDX, SEQ)]
+        data_columns = [n for n in batch.data.schema.names if n not in (IDX, SEQ, ORDER)]
         if known is not None:  # primary-key carries (slots below -1) are not live rows
             known = known.filter(pc.greater_equal(known.column(SLOT), -1))
         live: dict[tuple[Any, ...], list[tuple[int, dict[str, Any]]]] = {}
@@ -602,12 +672,15 @@ class DeltaChangeApplier:
         ordered = {k: [r for _, r in sorted(slots, key=lambda p: p[0])] for k, slots in live.items()}
         materializer = UpsertMaterializer(
             options.upsert_key or None,
-            compare_columns=data_columns,
+            compare_columns=[c for c in data_columns if c not in batch.event_columns],
             on_unmatched=lambda change: log.warning(
-                "batch %d: retraction %s matched no live row of its key (state expired, or never added)",
+                "batch %d: retraction %s matched no live row of its key (its values differ from the row "
+                "added, or the state expired, or it was never added): it retracts the key's oldest live "
+                "row, or deletes the key's row when none is live",
                 batch.batch_id,
                 change,
             ),
+            retract_unmatched=True,
         )
         order = np.arange(batch.num_rows)
         epochs = self._epochs(
@@ -733,6 +806,15 @@ def _with_patches(
     marks = pa.concat_arrays([marks if marks is not None else pa.nulls(winners.num_rows, more.type), more])
     rows = pa.concat_tables([winners, patches.drop_columns([UNAVAILABLE])], promote_options="default")
     return rows, marks
+
+
+def _highest(values: pa.ChunkedArray | None, others: pa.Array) -> pa.Array:
+    """Per row, the higher of two sequences, either of which may be null (``values`` None: all null)."""
+    if values is None:
+        return others
+    values = values.combine_chunks()
+    pick = pc.fill_null(pc.greater(others, values), False)
+    return pc.coalesce(pc.if_else(pick, others, values), others)
 
 
 def _combine(rows: pa.Table | None, more: pa.Table | None) -> pa.Table | None:

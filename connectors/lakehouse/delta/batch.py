@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -12,12 +14,17 @@ import pyarrow.compute as pc
 from cdcflow.connectors.errors import ChangelogConsistencyError
 from cdcflow.connectors.lakehouse.delta.sequence import sortable
 from cdcflow.connectors.lakehouse.delta.tables import OP
+from cdcflow.formats.base import METADATA_MARK
 
 ROW_KINDS = ("+I", "-U", "+U", "-D")
 IDX, SEQ = "_cdcflow_idx", "_cdcflow_seq"
 EPOCH = "_cdcflow_epoch"
+ORDER = "_cdcflow_order"
+"""Optional: the sequence a change sorts by when it has none of its own (see ``arrival_order``)."""
 """Optional: how many restarts of the log position precede a change of its key (see ``sequence_order``)."""
 _COORDINATES = (("topic", "partition", "offset"), ("file", "line"))
+_SPARK_FIELD_METADATA = b"SPARK::metadata::json"
+"""Where pyspark's ``toArrow`` keeps a Spark field's metadata (JSON) in the Arrow field's metadata."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +39,10 @@ class ChangeBatch:
     """``restart_by`` as sortable bytes, one per arrival position (None without restart_by)."""
     extra: pa.Table = field(default_factory=lambda: pa.table({}))
     """Per-change columns kept out of the table that the applier reads (unavailable columns, PK links)."""
+    event_columns: tuple[str, ...] = ()
+    """Data columns that describe the change, not the row: the metadata columns a source marked (where
+    and when the change happened, its envelope) and the ``sequence_by`` / ``restart_by`` columns. A
+    retraction's values in them are its own, never the added row's, so they never decide a match."""
 
     @property
     def num_rows(self) -> int:
@@ -55,6 +66,7 @@ class ChangeBatch:
             self.batch_id,
             self.restart.take(take) if self.restart is not None else None,
             self.extra.take(take),
+            self.event_columns,
         )
 
 
@@ -111,11 +123,54 @@ def prepare(
             )
     aside = [c for c in extra if c in names]
     data = table.drop_columns([c for c in {row_kind_column, *exclude, *aside} if c in names and c not in key])
+    events = tuple(c for c in (*marked_columns(data.schema), *ordering) if c in data.schema.names)
+    # Spark's field metadata (the marks) stays out of the key state's schema.
+    data = pa.Table.from_arrays(data.columns, schema=pa.schema([f.remove_metadata() for f in data.schema]))
     data = data.append_column(IDX, pa.array(np.arange(table.num_rows, dtype=np.int64)))
     if sequence_by:
         data = data.append_column(SEQ, sortable(table.column(sequence_by), sequence_by))
     restart = sortable(table.column(restart_by), restart_by) if sequence_by and restart_by else None
-    return ChangeBatch(data, kinds, origin, batch_id, restart, table.select(aside))
+    return ChangeBatch(
+        data, kinds, origin, batch_id, restart, table.select(aside), tuple(dict.fromkeys(events))
+    )
+
+
+def marked_columns(schema: pa.Schema) -> list[str]:
+    """The columns a cdcflow source marked as metadata (:data:`cdcflow.formats.base.METADATA_MARK`)."""
+    marked = []
+    for column in schema:
+        spark = (column.metadata or {}).get(_SPARK_FIELD_METADATA)
+        try:
+            if spark is not None and METADATA_MARK in json.loads(spark):
+                marked.append(column.name)
+        except (ValueError, TypeError):  # not Spark's JSON object: not marked
+            continue
+    return marked
+
+
+def arrival_order(batch: ChangeBatch, key: Sequence[str]) -> ChangeBatch:
+    """``batch`` with a change without a sequence sorted by the highest sequence of its key's changes
+    that arrived before it in the batch (``_cdcflow_order``), so that it applies after them; one with
+    none before it sorts first. Its own sequence stays null: it is never late."""
+    from cdcflow.connectors.lakehouse.delta.key_index import group_ids
+
+    seq = batch.data.column(SEQ).combine_chunks()
+    missing = np.asarray(pc.is_null(seq), dtype=bool)
+    if missing.all() or not missing.any():
+        return batch
+    kid = group_ids(batch.data, key)
+    mixed = np.intersect1d(kid[missing], kid[~missing])
+    values = seq.to_pylist()
+    highest: dict[int, bytes] = {}
+    for at in np.flatnonzero(np.isin(kid, mixed)).tolist():  # rows are in arrival order
+        k, value = int(kid[at]), values[at]
+        if value is None:
+            values[at] = highest.get(k)
+        elif k not in highest or value > highest[k]:
+            highest[k] = value
+    return dataclasses.replace(
+        batch, data=batch.data.append_column(ORDER, pa.array(values, pa.large_binary()))
+    )
 
 
 def check_update_pairs(batch: ChangeBatch, key: Sequence[str]) -> None:
@@ -149,7 +204,9 @@ def last_per_key(batch: ChangeBatch, key: Sequence[str]) -> pa.Table:
     names = batch.data.schema.names
     keep = np.flatnonzero(batch.kinds != "-U")
     # Ordered on the key and ordering columns; the whole rows are taken once, for the winners.
-    narrow = batch.data.select([*key, *(c for c in (SEQ, IDX, EPOCH) if c in names)]).take(pa.array(keep))
+    narrow = batch.data.select([*key, *(c for c in (SEQ, ORDER, IDX, EPOCH) if c in names)]).take(
+        pa.array(keep)
+    )
     if SEQ in names:
         order = np.asarray(sequence_order(narrow), dtype=np.int64)
         narrow, keep = narrow.take(pa.array(order)), keep[order]
@@ -162,8 +219,9 @@ def last_per_key(batch: ChangeBatch, key: Sequence[str]) -> pa.Table:
 
 def sequence_order(rows: pa.Table) -> pa.Array:
     """Row positions by epoch (restarts of the key's log position, when known), sequence, then arrival;
-    a change without a sequence sorts first in its epoch."""
-    keys = pa.table({"seq": pc.fill_null(rows.column(SEQ), b""), "idx": rows.column(IDX)})
+    a change without a sequence sorts first in its epoch (unless ``arrival_order`` placed it)."""
+    ordered = rows.column(ORDER if ORDER in rows.schema.names else SEQ)
+    keys = pa.table({"seq": pc.fill_null(ordered, b""), "idx": rows.column(IDX)})
     order = [("seq", "ascending"), ("idx", "ascending")]
     if EPOCH in rows.schema.names:
         keys = keys.append_column("epoch", rows.column(EPOCH))

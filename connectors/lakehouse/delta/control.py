@@ -69,14 +69,15 @@ class Truncation:
     where: str
 
     def void(self, batch: ChangeBatch) -> np.ndarray:
-        """Which of ``batch``'s changes the truncate supersedes."""
+        """Which of ``batch``'s changes the truncate supersedes (by arrival, those without a sequence)."""
         arrival = np.asarray(batch.data.column(IDX), dtype=np.int64) < self.before
         if self.sequence is None or SEQ not in batch.data.schema.names:
             return arrival
+        unsequenced = np.asarray(pc.is_null(batch.data.column(SEQ)), dtype=bool)
         seq = pc.fill_null(batch.data.column(SEQ), b"")
         earlier = _earlier(batch, self.sequence, self.restart, seq)
         same = np.asarray(pc.equal(seq, pa.scalar(self.sequence, pa.large_binary())), dtype=bool)
-        return earlier | (same & arrival)
+        return np.where(unsequenced, arrival, earlier | (same & arrival))
 
 
 FLOOR = "cdcflow.truncated"

@@ -2,7 +2,8 @@
 
 Integers, floats, dates, timestamps, strings, binaries and arrays of integers (Debezium's
 ``source.sequence``) all map to bytes whose lexicographic order is the values' order; an array
-compares like a tuple. Nulls stay null: a change without a sequence is never late.
+compares like a tuple. Nulls stay null: the applier dead-letters a change without a sequence, or
+(``unsequenced='arrival'``) places it where it arrived, never as late.
 """
 
 from __future__ import annotations

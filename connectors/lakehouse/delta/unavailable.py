@@ -27,6 +27,7 @@ Only the changes of keys involved are walked in Python; a batch without any stay
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Callable, Sequence
@@ -214,9 +215,7 @@ class _Filler:
         converted = to_delta_columns(data.drop_columns(internal))
         for name in internal:
             converted = converted.append_column(data.schema.field(name), data.column(name))
-        self.batch = ChangeBatch(
-            converted, batch.kinds, batch.origin, batch.batch_id, batch.restart, batch.extra
-        )
+        self.batch = dataclasses.replace(batch, data=converted)
         self.key, self.links, self.now = key, links, now
         self.columns = [c for c in converted.schema.names if not c.startswith(INTERNAL)]
         self.key_types = [converted.schema.field(c).type for c in key]
@@ -677,14 +676,7 @@ class _Filler:
                 [original.combine_chunks(), pa.array(list(values.values()), original.type)]
             ).take(pa.array(index))
             data = data.set_column(data.schema.get_field_index(column), data.schema.field(column), merged)
-        batch = ChangeBatch(
-            data,
-            self.batch.kinds,
-            self.batch.origin,
-            self.batch.batch_id,
-            self.batch.restart,
-            self.batch.extra,
-        )
+        batch = dataclasses.replace(self.batch, data=data)
         pending = None
         if self.pending:
             marks: list[list[str] | None] = [None] * n

@@ -17,7 +17,13 @@ from state_crash import crash_before_next_state_commit
 from test_spec_002_materialize import ARRIVALS, R20
 
 from cdcflow.connectors.errors import ChangelogConsistencyError, DeltaSchemaError
-from cdcflow.connectors.lakehouse.delta.apply import ApplyOptions, DeltaChangeApplier, Materialize
+from cdcflow.connectors.lakehouse.delta.apply import (
+    ApplyOptions,
+    DeltaChangeApplier,
+    Materialize,
+    Unsequenced,
+)
+from cdcflow.connectors.lakehouse.delta.dead_letters import DeadLetterFiles
 from cdcflow.core import Change
 
 ROW_KIND = "_row_kind"
@@ -171,6 +177,20 @@ def test_composite_keys_with_materialization(tmp_path: Path) -> None:
     assert rows(tmp_path / "table", key) == [{"region": "us", "id": 1, "name": "b2"}]
 
 
+def test_a_retraction_that_matches_no_live_row_still_removes_its_key(tmp_path: Path) -> None:
+    clock = FakeClock()
+    sink = applier(tmp_path, clock, upsert_key=None, state_ttl=timedelta(hours=1))
+    sink.apply(batch(NAMES, i(id=1, name="a"), i(id=2, name="b")), 0)
+
+    key_only = sink.apply(batch(NAMES, d(id=1, name=None)), 1)  # a delete's image with the key only
+    clock.now += 2 * 60 * 60
+    expired = sink.apply(batch(NAMES, d(id=2, name="b")), 2)  # the key's live rows expired from state
+
+    assert rows(tmp_path / "table") == []
+    assert (key_only.unmatched_retractions, key_only.deletes) == (1, 1)
+    assert (expired.unmatched_retractions, expired.deletes) == (1, 1)
+
+
 # --- sequence_by: last writer wins, late changes ignored --------------------------------------------
 
 
@@ -212,6 +232,53 @@ def test_a_late_insert_after_a_delete_resurrects_nothing_until_the_tombstone_exp
     after = sink.apply(batch(SEQUENCED, i(id=1, name="again", seq=3)), 3)
     assert rows(tmp_path / "table") == [{"id": 1, "name": "again", "seq": 3}]
     assert after.late == 0
+
+
+UNSEQUENCED = (i(id=1, name="a", seq=10), ua(id=1, name="b", seq=None), i(id=2, name="c", seq=12))
+
+
+def test_a_change_without_a_sequence_is_a_dead_letter_with_the_reason(tmp_path: Path) -> None:
+    dead = DeadLetterFiles(str(tmp_path / "dead-letters"))
+    options = ApplyOptions(key=KEY, upsert_key=KEY, sequence_by="seq")
+    sink = DeltaChangeApplier(
+        str(tmp_path / "table"), options, app_id="app", state_path=str(tmp_path / "state"), dead_letters=dead
+    )
+
+    applied = sink.apply(batch(SEQUENCED, *UNSEQUENCED), 0)
+    replayed = sink.apply(batch(SEQUENCED, *UNSEQUENCED), 0)
+
+    assert rows(tmp_path / "table") == [{"id": 1, "name": "a", "seq": 10}, {"id": 2, "name": "c", "seq": 12}]
+    assert (applied.unsequenced, applied.upserts) == (1, 2)
+    assert replayed.skipped
+    [letter] = dead.read()
+    assert {k: v for k, v in letter.items() if k != "reason"} == {
+        "field": "seq",
+        "origin": "row 1 of batch 0",
+        "batch": 0,
+        "row_kind": "+U",
+        "row": {"id": 1, "name": "b", "seq": None},
+    }
+    assert "seq is NULL" in letter["reason"] and "unsequenced='arrival'" in letter["reason"]
+
+
+def test_with_unsequenced_arrival_a_change_without_a_sequence_applies_where_it_arrived(
+    tmp_path: Path,
+) -> None:
+    sink = applier(tmp_path, sequence_by="seq", unsequenced=Unsequenced.ARRIVAL)
+
+    applied = sink.apply(batch(SEQUENCED, *UNSEQUENCED), 0)
+    assert rows(tmp_path / "table") == [
+        {"id": 1, "name": "b", "seq": None},
+        {"id": 2, "name": "c", "seq": 12},
+    ]
+    assert applied.unsequenced == 1
+
+    # Never late, even after a late change of its key; the key keeps its sequence (10).
+    later = sink.apply(batch(SEQUENCED, ua(id=1, name="x", seq=9), ua(id=1, name="d", seq=None)), 1)
+    late = sink.apply(batch(SEQUENCED, ua(id=1, name="y", seq=9)), 2)
+
+    assert rows(tmp_path / "table")[0] == {"id": 1, "name": "d", "seq": None}
+    assert (later.unsequenced, later.late, late.late) == (1, 1, 1)
 
 
 # --- exactly once -----------------------------------------------------------------------------------

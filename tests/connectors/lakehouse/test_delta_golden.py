@@ -4,7 +4,9 @@ recording through the streaming ingest job.
 
 The expected table is folded from the EXPECTED changelog (Flink's golden rows, or ours where we differ
 from Flink), not from what Spark read; it is compared with the table as ``deltalake`` reads it and as
-Spark reads the table's current files.
+Spark reads the table's current files. The cases run on delta-rs; the Spark back end applies the same
+batches of every case in ``test_spark_back_end_leaves_the_table_delta_rs_leaves``, the back-end
+differential, whose two tables must hold the same rows and the fold.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from importlib import resources
 from itertools import combinations
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from backends import BACKENDS, delta_reader_rows, lake, table_backend
 from delta_fold import (
@@ -117,9 +120,14 @@ def _params() -> list[object]:
     return params
 
 
-def apply_in_batches(
-    spark: SparkSession,
-    case: GoldenCase,
+def read_case(spark: SparkSession, case: GoldenCase, tmp_path: Path) -> pa.Table:
+    """The case's changelog, read with Spark in one batch read."""
+    table: pa.Table = reader(spark, case, tmp_path / "dead").load(str(TESTDATA / case.input)).toArrow()
+    return table
+
+
+def apply_changelog(
+    changelog: pa.Table,
     key: tuple[str, ...],
     target: Path | str,
     tmp_path: Path,
@@ -128,9 +136,8 @@ def apply_in_batches(
     backend: TableBackend,
     state: str | None = None,
 ) -> int:
-    """Read the case with Spark (one batch read) and apply it in 3 batches; returns the batches applied.
-    ``target`` and ``state`` (default: a folder of ``tmp_path``) may be object store URIs."""
-    changelog = reader(spark, case, tmp_path / "dead").load(str(TESTDATA / case.input)).toArrow()
+    """Apply the changelog in 3 batches; returns the batches applied. ``target`` and ``state`` (default:
+    a folder of ``tmp_path``) may be object store URIs."""
     options = ApplyOptions(
         key=key, upsert_key=key, materialize=Materialize.FORCE if force else Materialize.AUTO
     )
@@ -169,10 +176,9 @@ def test_no_key_cases_have_no_key_at_all() -> None:
                 assert keyed_problem(expected_lines(case, key)) is not None, (case.case_id, key)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("case", _params())
 def test_delta_table_is_the_fold_of_the_expected_changelog(
-    spark: SparkSession, case: GoldenCase, tmp_path: Path, backend: str
+    spark: SparkSession, case: GoldenCase, tmp_path: Path
 ) -> None:
     key = primary_key(case)
     lines = expected_lines(case, key)
@@ -180,9 +186,10 @@ def test_delta_table_is_the_fold_of_the_expected_changelog(
     want = fold(lines)
     target = tmp_path / "table"
 
-    tables = table_backend(backend, spark)
+    tables = table_backend("delta-rs", spark)
 
-    applied = apply_in_batches(spark, case, key, target, tmp_path, force=False, backend=tables)
+    changelog = read_case(spark, case, tmp_path)
+    applied = apply_changelog(changelog, key, target, tmp_path, force=False, backend=tables)
 
     assert applied >= 2 or len(lines) < 3, "a changelog of 3+ changes is applied in 2+ batches"
     assert rendered_rows(deltalake_rows(str(target)), case.schema) == want
@@ -191,9 +198,36 @@ def test_delta_table_is_the_fold_of_the_expected_changelog(
 
     if case.case_id in FORCE_MATERIALIZE:
         forced = tmp_path / "forced"
-        apply_in_batches(spark, case, key, forced, tmp_path / "force", force=True, backend=tables)
+        apply_changelog(changelog, key, forced, tmp_path / "force", force=True, backend=tables)
         assert rendered_rows(deltalake_rows(str(forced)), case.schema) == want
         assert rendered_rows(delta_reader_rows(spark, str(forced)), case.schema) == want
+
+
+@pytest.mark.parametrize("case", _params())
+def test_spark_back_end_leaves_the_table_delta_rs_leaves(
+    spark: SparkSession, case: GoldenCase, tmp_path: Path
+) -> None:
+    """The back-end differential: the same batches through delta-rs and through Delta Lake's MERGE on
+    Spark leave the same rows, and both are the fold of the expected changelog (also when materialized)."""
+    key = primary_key(case)
+    want = fold(expected_lines(case, key))
+    changelog = read_case(spark, case, tmp_path)
+    modes = (False, True) if case.case_id in FORCE_MATERIALIZE else (False,)
+    for force in modes:
+        tables = {}
+        for backend in BACKENDS:
+            target = tmp_path / f"{backend}-{force}"
+            apply_changelog(
+                changelog,
+                key,
+                target,
+                tmp_path / target.name,
+                force=force,
+                backend=table_backend(backend, spark),
+            )
+            tables[backend] = rendered_rows(deltalake_rows(str(target)), case.schema)
+        assert tables["spark"] == tables["delta-rs"], f"the back ends differ (materialize={force})"
+        assert tables["spark"] == want
 
 
 S3_SPARK_CASE = "paimon-debezium-table-schema-alltype-debezium-data-1"
@@ -218,10 +252,11 @@ def test_delta_table_on_s3_is_the_fold_of_the_expected_changelog(
     key = primary_key(case)
     want = fold(expected_lines(case, key))
     tables = table_backend(backend, spark, options)
+    changelog = read_case(spark, case, tmp_path)
     for name, force in (("table", False), ("forced", True)):
         target = on_s3.path(name)
         state = on_s3.path(f"checkpoint-{name}/state", "s3a")
-        apply_in_batches(spark, case, key, target, tmp_path / name, force=force, backend=tables, state=state)
+        apply_changelog(changelog, key, target, tmp_path / name, force=force, backend=tables, state=state)
         assert rendered_rows(deltalake_rows(target, options), case.schema) == want
         assert rendered_rows(spark_rows(spark, target, options), case.schema) == want
         assert rendered_rows(delta_reader_rows(spark, target, options), case.schema) == want

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +20,10 @@ from pyspark.sql import SparkSession
 
 from cdcflow.cli import _parser
 from cdcflow.cli.ingest import config_from, settings
+from cdcflow.connectors.errors import CheckpointInUseError
 from cdcflow.connectors.lakehouse import ingest as ingest_module
 from cdcflow.connectors.lakehouse import ingest_defaults
+from cdcflow.connectors.lakehouse.checkpoint_lease import LEASE_DIR, STALE_AFTER_S, CheckpointLease
 from cdcflow.connectors.lakehouse.delta.control import OnTruncate
 from cdcflow.connectors.lakehouse.delta.storage import Storage
 from cdcflow.connectors.lakehouse.ingest import IngestConfig, IngestSummary, ingest
@@ -408,3 +413,143 @@ def test_a_topic_larger_than_the_default_bound_is_read_in_several_micro_batches(
     assert summary.batches >= -(-len(events) // 40)
     rows = DeltaTable(config.target).to_pyarrow_table().to_pylist()
     assert {row["id"]: row for row in rows} == fold(changes, "id")
+
+
+def _items_job(tmp_path: Path, events: PostgresEvents) -> IngestConfig:
+    path = tmp_path / "items.jsonl"
+    path.write_bytes(b"\n".join(events.lines) + b"\n")
+    return IngestConfig(
+        format="debezium-json",
+        key=("id",),
+        target=str(tmp_path / "items"),
+        checkpoint=str(tmp_path / "checkpoint"),
+        path=str(path),
+        schema=ITEMS,
+    )
+
+
+def test_a_second_job_on_a_checkpoint_is_refused_at_once_and_writes_nothing(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Two queries on one checkpoint spoil it (Spark failed the second ~20 s in, and the counts its
+    tasks wrote stayed in the checkpoint's totals): the second is refused before it starts."""
+    events = PostgresEvents()
+    events.upsert(1, "a")
+    config = _items_job(tmp_path, events)
+    running = CheckpointLease(config.checkpoint, Storage())  # the job already running on it
+    running.take()
+    try:
+        started = time.monotonic()
+        with pytest.raises(CheckpointInUseError) as refused:
+            ingest(config, spark)
+        assert time.monotonic() - started < 10
+    finally:
+        running.release()
+    message = str(refused.value)
+    assert message.startswith(f"the checkpoint {config.checkpoint} is in use by another job: ")
+    assert f"process {os.getpid()} on host {socket.gethostname()}" in message
+    assert [p.name for p in (tmp_path / "checkpoint").iterdir()] == [LEASE_DIR]  # no offsets, no counts
+    assert not Path(config.target).exists()
+
+
+def test_a_job_killed_with_sigkill_does_not_block_its_restart(spark: SparkSession, tmp_path: Path) -> None:
+    events = PostgresEvents()
+    for key in range(5):
+        events.upsert(key, f"name {key}")
+    config = _items_job(tmp_path, events)
+    code = (
+        "import sys\n"
+        "from cdcflow.connectors.lakehouse.checkpoint_lease import CheckpointLease\n"
+        "from cdcflow.connectors.lakehouse.delta.storage import Storage\n"
+        "CheckpointLease(sys.argv[1], Storage()).take()\n"
+        "print('held', flush=True)\n"
+        "sys.stdin.read()\n"
+    )
+    with subprocess.Popen(  # noqa: S603 - this interpreter, fixed code
+        [sys.executable, "-c", code, config.checkpoint],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as holder:
+        try:
+            assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+            with pytest.raises(CheckpointInUseError, match=f"process {holder.pid} on host"):
+                ingest(config, spark)
+        finally:
+            holder.kill()  # SIGKILL: the lease is left behind, never released
+    summary = ingest(config, spark)  # its process is gone: the lease is stale at once
+    assert summary.batches >= 1
+    rows = DeltaTable(config.target).to_pyarrow_table().to_pylist()
+    assert {row["id"]: row for row in rows} == events.table
+    # The dead job's lease file is gone; this job's is released, so the next one goes on at once.
+    (kept,) = (tmp_path / "checkpoint" / LEASE_DIR).iterdir()
+    assert kept.name == "0000000002.json" and json.loads(kept.read_text())["released"] is True
+
+
+def test_a_lease_from_another_host_is_taken_over_once_its_heartbeat_is_stale(tmp_path: Path) -> None:
+    """On another host the process cannot be looked up: its heartbeat says whether it lives."""
+    leases = tmp_path / "checkpoint" / LEASE_DIR
+    leases.mkdir(parents=True)
+
+    def other_host_job(heartbeat_age_s: float) -> None:
+        now = time.time()
+        record = {"pid": 4242, "host": "other-host", "taken": now - 3600, "heartbeat": now - heartbeat_age_s}
+        (leases / "0000000007.json").write_text(json.dumps(record))
+
+    other_host_job(STALE_AFTER_S / 2)
+    with pytest.raises(CheckpointInUseError, match="process 4242 on host other-host .*, last heartbeat 30s"):
+        CheckpointLease(str(tmp_path / "checkpoint"), Storage()).take()
+    other_host_job(STALE_AFTER_S + 5)
+    lease = CheckpointLease(str(tmp_path / "checkpoint"), Storage())
+    lease.take()
+    try:
+        assert [p.name for p in leases.iterdir()] == ["0000000008.json"]
+        with pytest.raises(CheckpointInUseError, match=f"process {os.getpid()} on host"):
+            CheckpointLease(str(tmp_path / "checkpoint"), Storage()).take()
+    finally:
+        lease.release()
+
+
+def test_commit_group_shows_the_lag_where_kafka_tools_look(
+    spark: SparkSession, kafka_cluster: Any, tmp_path: Path
+) -> None:
+    """--commit-group NAME: each applied micro-batch's end offsets go to that consumer group (what
+    kafka-consumer-groups and Burrow read), the last one's too; the checkpoint still decides where the job
+    goes on."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    topic = "ingest-commit-group"
+    kafka_cluster.create_topic(topic, partitions=2)
+    events = debezium_events(changelog(40, seed=3))
+    produce_events(kafka_cluster.bootstrap_servers, topic, events)
+    common = [
+        *("--bootstrap-servers", kafka_cluster.bootstrap_servers, "--topic", topic, "--key", "id"),
+        *("--schema", COLUMNS, "--target", str(tmp_path / "products")),
+        *("--checkpoint", str(tmp_path / "checkpoint"), "--max-offsets-per-trigger", "15"),
+    ]
+    config, _ = config_from(settings(parse([*common, "--commit-group", "products-lag"])))
+    summary = ingest(config, spark)
+    assert summary.batches >= 3
+
+    admin = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap_servers})
+    asked = ConsumerGroupTopicPartitions("products-lag", [TopicPartition(topic, p) for p in range(2)])
+    committed = admin.list_consumer_group_offsets([asked])["products-lag"].result(timeout=30)
+    ends = json.loads(
+        (tmp_path / "checkpoint" / "offsets" / str(summary.batches - 1)).read_text().splitlines()[-1]
+    )
+    assert {tp.partition: tp.offset for tp in committed.topic_partitions} == {
+        int(p): offset for p, offset in ends[topic].items()
+    }
+    assert sum(ends[topic].values()) == len(events)  # the last batch ended at the end of the topic
+
+    toml = tmp_path / "ingest.toml"
+    toml.write_text('commit-group = "from-file"\n', encoding="utf-8")
+    from_file, _ = config_from(settings(parse(["--config", str(toml), *common])))
+    assert from_file.commit_group == "from-file"
+    with pytest.raises(
+        CdcflowError, match="--commit-group commits Kafka offsets: it needs --bootstrap-servers"
+    ):
+        IngestConfig(
+            format="debezium-json", key=("id",), target="t", checkpoint="c", path="x", commit_group="g"
+        )

@@ -71,6 +71,7 @@ def _transactions(table: Path) -> list[int]:
 
 
 @pytest.mark.integration
+@pytest.mark.process
 def test_a_driver_killed_after_spark_committed_a_batch_lands_it_from_the_pending_log(
     spark: SparkSession, tmp_path: Path
 ) -> None:

@@ -7,6 +7,8 @@ The golden, crash and PostgreSQL workload tests run on S3 too (their ``S3`` vari
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from importlib import resources
@@ -19,7 +21,8 @@ from backends import hadoop_aws_jars
 from deltalake import DeltaTable, write_deltalake
 from s3_server import SECRET_KEY, Bucket, S3Server
 
-from cdcflow.connectors.errors import ConnectorOptionError, SparkSetupError
+from cdcflow.connectors.errors import CheckpointInUseError, ConnectorOptionError, SparkSetupError
+from cdcflow.connectors.lakehouse.checkpoint_lease import LEASE_DIR, CheckpointLease
 from cdcflow.connectors.lakehouse.delta import app_identity
 from cdcflow.connectors.lakehouse.delta.apply import ApplyOptions, DeltaChangeApplier, Materialize
 from cdcflow.connectors.lakehouse.delta.backend import DeltaRsBackend
@@ -27,7 +30,7 @@ from cdcflow.connectors.lakehouse.delta.storage import Storage
 from cdcflow.connectors.lakehouse.delta.tables import read_table
 from cdcflow.connectors.lakehouse.ingest import IngestConfig
 from cdcflow.connectors.lakehouse.sink import DeltaSink, apply_options
-from cdcflow.connectors.lakehouse.spark_storage import hadoop_settings, require_filesystem
+from cdcflow.connectors.lakehouse.spark_storage import create_new, hadoop_settings, require_filesystem
 from cdcflow.formats.redact import PLACEHOLDER
 
 if TYPE_CHECKING:
@@ -192,6 +195,35 @@ def test_the_applier_keeps_table_state_and_app_id_on_s3_with_credentials_from_th
     assert s3_bucket.read("chk/cdcflow-app-id") == b"orders-2\n"
     with pytest.raises(ConnectorOptionError, match="as application id 'orders-2', not 'orders'"):
         app_identity.claim(checkpoint, "orders", target, state, record=False, storage=storage)
+
+
+def test_the_checkpoints_lease_on_s3_is_written_with_a_conditional_put(
+    s3_spark: SparkSession, s3_bucket: Bucket
+) -> None:
+    """A second job on an S3 checkpoint is refused; and the lease file of the first is never
+    overwritten, even when S3A skips its own existence check: the store's If-None-Match keeps it."""
+    storage = Storage(s3_bucket.server.options())
+    checkpoint = s3_bucket.uri("chk", "s3a")
+    first = CheckpointLease(checkpoint, storage)
+    first.take(s3_spark)
+    try:
+        key = f"chk/{LEASE_DIR}/0000000001.json"
+        assert s3_bucket.keys(f"chk/{LEASE_DIR}/") == [key]
+        with pytest.raises(CheckpointInUseError, match=f"process {os.getpid()} on host"):
+            CheckpointLease(checkpoint, storage).take(s3_spark)
+        hadoop = s3_spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[union-attr]
+        unchecked = {"fs.s3a.create.performance": "true", "fs.s3a.impl.disable.cache": "true"}
+        for name, value in unchecked.items():
+            hadoop.set(name, value)
+        try:
+            assert create_new(s3_spark, f"s3a://{s3_bucket.name}/{key}", "{}") is False
+        finally:
+            for name in unchecked:
+                hadoop.unset(name)
+        assert json.loads(s3_bucket.read(key))["pid"] == os.getpid()
+    finally:
+        first.release()
+    assert json.loads(s3_bucket.read(key))["released"] is True
 
 
 def _cdcflow(*args: str) -> subprocess.CompletedProcess[str]:

@@ -370,6 +370,7 @@ def test_recorded_workload_lands_as_postgres_has_it(
 
 
 @pytest.mark.integration
+@pytest.mark.process
 @pytest.mark.parametrize(
     ("backend", "storage"),
     [("delta-rs", "local"), ("spark", "local"), ("delta-rs", "s3")],
