@@ -13,17 +13,22 @@ from pathlib import Path
 
 import pytest
 
+_LOGS: dict[int, Path] = {}
+"""The output file of each job :func:`start_ingest` started, by process id."""
+
 
 def start_ingest(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     """``python -m cdcflow ingest ARGS`` in a session of its own (so a SIGKILL of its group reaches
     the JVM too), its output in ``log``."""
     with log.open("wb") as out:
-        return subprocess.Popen(  # noqa: S603 - our own command, fixed arguments
+        job = subprocess.Popen(  # noqa: S603 - our own command, fixed arguments
             [sys.executable, "-m", "cdcflow", "ingest", *args],
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+    _LOGS[job.pid] = log
+    return job
 
 
 def tail(log: Path, lines: int = 20) -> str:
@@ -37,15 +42,26 @@ def wait_for(
     version: int = 0,
 ) -> None:
     """Until the job exits or, given a target (a local table, or a function giving its version, polled
-    less often), the table reaches ``version``."""
-    deadline = time.monotonic() + timeout
+    less often), the table reaches ``version``. The job fails once it makes no progress for ``timeout``
+    seconds: its output does not grow (a line per applied batch) and the table's version does not move.
+    A slow machine only takes longer; a job that hangs fails."""
     current = target if callable(target) else None if target is None else partial(table_version, target)
     pause = 0.05 if callable(target) else 0.002
-    while job.poll() is None and (current is None or current() < version):
-        if time.monotonic() > deadline:
+    log = _LOGS.get(job.pid)
+    seen: tuple[int, int] | None = None
+    deadline = time.monotonic() + timeout
+    while job.poll() is None:
+        reached = current() if current is not None else -1
+        if current is not None and reached >= version:
+            return
+        now = (reached, log.stat().st_size if log is not None and log.exists() else 0)
+        if now != seen:
+            seen, deadline = now, time.monotonic() + timeout
+        elif time.monotonic() > deadline:
             os.killpg(job.pid, signal.SIGKILL)
             job.wait()
-            pytest.fail(f"the ingestion made no progress in {timeout:.0f} s")
+            output = f": {tail(log)}" if log is not None else ""
+            pytest.fail(f"the ingestion made no progress in {timeout:.0f} s{output}")
         time.sleep(pause)
 
 
