@@ -6,9 +6,10 @@ Needs the ``lakehouse`` extra (delta-rs); importing this module imports pyspark 
 :func:`history_as_of` is the DataFrame form of ``cdcflow.core.versioned.as_of`` (Python rows).
 """
 
-from cdcflow.connectors.lakehouse.delta.apply import BatchApplied, Materialize
 from cdcflow.connectors.lakehouse.delta.control import OnTruncate
 from cdcflow.connectors.lakehouse.delta.history import DeltaHistoryWriter, HistoryResult
+from cdcflow.connectors.lakehouse.delta.options import Materialize
+from cdcflow.connectors.lakehouse.delta.result import BatchApplied
 from cdcflow.connectors.lakehouse.ingest import IngestConfig, IngestSummary, ingest
 from cdcflow.connectors.lakehouse.sink import DeltaSink, apply_changes
 from cdcflow.connectors.lakehouse.versioned_frames import as_of as history_as_of

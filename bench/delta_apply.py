@@ -47,7 +47,8 @@ import pyarrow.compute as pc
 from cdc_history import Row, events, fold, write_history
 from deltalake import DeltaTable, write_deltalake
 
-from cdcflow.connectors.lakehouse.delta.apply import ApplyOptions, DeltaChangeApplier, Materialize
+from cdcflow.connectors.lakehouse.delta.apply import DeltaChangeApplier
+from cdcflow.connectors.lakehouse.delta.options import ApplyOptions, Materialize
 from cdcflow.connectors.lakehouse.ingest import IngestConfig, ingest
 
 SCHEMA = pa.schema(

@@ -20,6 +20,7 @@ from cdcflow.core.errors import CdcflowError, ChangelogDataError
 from cdcflow.core.model import Change
 from cdcflow.core.params import plan_to_changelog
 from cdcflow.core.to_changelog_engine import ToChangelog
+from cdcflow.formats.decimals import InexactNumber, loads_exact
 from cdcflow.formats.errors import (
     MAX_REASON,
     DecodeError,
@@ -30,7 +31,6 @@ from cdcflow.formats.errors import (
     SkippedRecord,
     exception_text,
 )
-from cdcflow.formats.json_decode import InexactNumber, loads_exact
 from cdcflow.formats.options import Option, boolean
 from cdcflow.formats.types import DataType, Field, Schema
 
@@ -447,12 +447,15 @@ class MetadataColumn:
     """A metadata column a format can expose: its key (Flink's), type and where it sits.
 
     ``reads_headers``: its value comes from the Kafka record's headers, which a reader must then fetch.
+    ``columnar``: the format's columnar decoder computes it too (a read asking for another one is
+    decoded message by message).
     """
 
     key: str
     type: DataType
     description: str
     reads_headers: bool = False
+    columnar: bool = False
 
 
 def metadata_schema(

@@ -14,8 +14,11 @@ from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from cdcflow.formats.decimals import EXACT, MAX_DECIMAL_DIGITS
 from cdcflow.formats.errors import FieldError, excerpt
-from cdcflow.formats.json_decode import EXACT, MAX_DECIMAL_DIGITS, converter, in_utc, numeric_text, shown
+from cdcflow.formats.json_decode import converter
+from cdcflow.formats.numbers import numeric_text, shown
+from cdcflow.formats.temporal import in_utc
 from cdcflow.formats.types import INTEGER_KINDS, INTEGER_RANGES, DataType, TypeKind
 
 Cast = Callable[[Any], Any]

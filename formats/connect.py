@@ -20,6 +20,7 @@ from collections.abc import Hashable, Mapping
 from decimal import Decimal
 from typing import Any
 
+from cdcflow.formats import decimals, temporal
 from cdcflow.formats import json_decode as values
 from cdcflow.formats.errors import FieldError, SchemaError, excerpt
 from cdcflow.formats.json_decode import Converter
@@ -82,10 +83,10 @@ def column_type(schema: Mapping[str, Any], path: str = "", depth: int = 0) -> tu
             raise SchemaError(f"field '{path}': the Decimal's 'parameters' must be an object")
         scale = _integer_parameter(parameters, "scale", 0, path)
         precision = _integer_parameter(parameters, "connect.decimal.precision", 38, path)
-        if abs(scale) > values.MAX_DECIMAL_SCALE or not 1 <= precision <= values.MAX_DECIMAL_DIGITS:
+        if abs(scale) > decimals.MAX_DECIMAL_SCALE or not 1 <= precision <= decimals.MAX_DECIMAL_DIGITS:
             raise SchemaError(
-                f"field '{path}': a Decimal takes a scale within ±{values.MAX_DECIMAL_SCALE:,} and a "
-                f"precision from 1 to {values.MAX_DECIMAL_DIGITS:,}, got scale {scale} and precision "
+                f"field '{path}': a Decimal takes a scale within ±{decimals.MAX_DECIMAL_SCALE:,} and a "
+                f"precision from 1 to {decimals.MAX_DECIMAL_DIGITS:,}, got scale {scale} and precision "
                 f"{precision}"
             )
         data_type = atomic(TypeKind.DECIMAL, max(precision, scale, 1), scale)
@@ -187,8 +188,8 @@ def _connect_decimal(data_type: DataType) -> Converter:
 
     def convert(value: Any) -> Any:
         if isinstance(value, str):
-            number = values.decimal_from_base64(value, scale, precision)
-            return values.fits_decimal(number, precision, scale)
+            number = decimals.decimal_from_base64(value, scale, precision)
+            return decimals.fits_decimal(number, precision, scale)
         if isinstance(value, (int, float, Decimal)) and not isinstance(value, bool):
             return from_number(value)
         raise FieldError("", f"expected a base64 Connect Decimal, got {type(value).__name__}")
@@ -199,7 +200,7 @@ def _connect_decimal(data_type: DataType) -> Converter:
 def _variable_decimal(value: Any) -> Any:
     if not isinstance(value, Mapping):
         raise FieldError("", f"expected a VariableScaleDecimal struct, got {type(value).__name__}")
-    return values.variable_scale_decimal(value)
+    return decimals.variable_scale_decimal(value)
 
 
 def _array(element: Converter) -> Converter:
@@ -317,17 +318,17 @@ def connect_value(value: Any, data_type: DataType) -> Any:
         scale = data_type.scale
         exponent = value.as_tuple().exponent
         use_scale = scale if scale is not None else max(0, -int(exponent))
-        unscaled = int(value.scaleb(use_scale, values.EXACT))
+        unscaled = int(value.scaleb(use_scale, decimals.EXACT))
         encoded = _twos_complement_base64(unscaled)
         return {"scale": use_scale, "value": encoded} if scale is None else encoded
     if kind in (TypeKind.FLOAT, TypeKind.DOUBLE) and (value != value or value in (math.inf, -math.inf)):
         return "NaN" if value != value else "Infinity" if value > 0 else "-Infinity"
     if kind is TypeKind.DATE:
-        return (value - values.EPOCH_DATE).days
+        return (value - temporal.EPOCH_DATE).days
     if kind is TypeKind.TIME:
         return ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000 + value.microsecond
     if kind is TypeKind.TIMESTAMP_NTZ:
-        delta = value - values.EPOCH
+        delta = value - temporal.EPOCH
         return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
     if kind is TypeKind.TIMESTAMP_LTZ:
         return value.astimezone(dt.UTC).isoformat().replace("+00:00", "Z")

@@ -128,6 +128,11 @@ def excerpt(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit + 3 else text[:limit] + "..."
 
 
+def expected(value: Any, what: str) -> FieldError:
+    """The error of a value that is not ``what`` its column takes, showing an excerpt of it."""
+    return FieldError("", f"expected {what}, got {excerpt(value)}")
+
+
 def exception_text(error: BaseException, limit: int = MAX_REASON) -> str:
     """``str(error)``, at most ``limit`` characters; never raises (an exception whose text cannot be
     built is shown by its type)."""

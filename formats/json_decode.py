@@ -17,10 +17,11 @@ Python keeps microseconds: nanosecond digits are truncated.
 
 Every conversion takes time linear in the value's length, and a value it cannot convert fails its
 record with a :class:`FieldError` (a short excerpt, never the whole value). Limits, documented in
-docs/formats.md: a decimal has at most :data:`MAX_DECIMAL_DIGITS` digits and a scale within
-±:data:`MAX_DECIMAL_SCALE` (a DECIMAL(p, s) column's own precision bounds it further, and its base64
-bytes are refused by their length before any conversion: turning binary into digits is quadratic);
-JSON kept as text in a STRING column nests at most :data:`MAX_JSON_TEXT_DEPTH` levels.
+docs/formats.md: a decimal's digits and scale (see :mod:`.decimals`); JSON kept as text in a STRING
+column nests at most :data:`MAX_JSON_TEXT_DEPTH` levels.
+
+The Avro and Connect formats build their rows with :class:`RowConverter` too, with converters of their
+own for some columns.
 """
 
 from __future__ import annotations
@@ -28,118 +29,35 @@ from __future__ import annotations
 import base64
 import binascii
 import datetime as dt
-import json
 import math
 import re
 import struct
 from collections.abc import Callable, Mapping
-from decimal import ROUND_HALF_UP, Context, Decimal, DivisionByZero, InvalidOperation, Overflow
-from functools import lru_cache
+from decimal import Decimal
 from typing import Any
 
 import orjson
 
-from cdcflow.formats.errors import FieldError, excerpt
+from cdcflow.formats.decimals import (
+    InexactNumber,
+    decimal_from_base64,
+    decimal_from_text,
+    fits_decimal,
+    variable_scale_decimal,
+)
+from cdcflow.formats.errors import FieldError, excerpt, expected
+from cdcflow.formats.numbers import BLANKS, numeric_text, shown
+from cdcflow.formats.temporal import EPOCH, EPOCH_DATE, EPOCH_UTC, in_utc, units_per_second
 from cdcflow.formats.types import INTEGER_RANGES, DataType, Schema, TypeKind
 
 Converter = Callable[[Any], Any]
 
-EPOCH = dt.datetime(1970, 1, 1)
-EPOCH_UTC = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
-EPOCH_DATE = dt.date(1970, 1, 1)
-#: The most digits a decimal value may have (a VariableScaleDecimal has no declared precision; a STRING
-#: column keeps its exact digits): the binary-to-digits conversion is quadratic, so longer values are
-#: refused by their length before it.
-MAX_DECIMAL_DIGITS = 10_000
-#: The largest scale (digits after the point, negative: zeros before it) of a decimal value.
-MAX_DECIMAL_SCALE = 10_000
 #: The deepest JSON value kept as text in a STRING column (orjson writes at most this many levels).
 MAX_JSON_TEXT_DEPTH = 254
-#: Arithmetic on decimals must never round: 28 digits (Python's default context) is less than Spark's
-#: 38, and a value may have up to MAX_DECIMAL_DIGITS digits; any rounding raises instead.
-EXACT = Context(
-    prec=MAX_DECIMAL_DIGITS + 2 * MAX_DECIMAL_SCALE,
-    rounding=ROUND_HALF_UP,
-    Emax=4 * (MAX_DECIMAL_DIGITS + MAX_DECIMAL_SCALE),
-    Emin=-4 * (MAX_DECIMAL_DIGITS + MAX_DECIMAL_SCALE),
-    traps=[InvalidOperation, Overflow, DivisionByZero],
-)
-# ASCII digits only (``\d`` and Python's int/float/Decimal also take other scripts' digits, "１").
-# No nested quantifier that can trade digits (``[0-9]+\.?[0-9]*`` backtracks quadratically on a long run).
-_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _INTEGER_TEXT = re.compile(r"[+-]?[0-9]+")
 _LONG_FRACTION = re.compile(r"(\.[0-9]{6})[0-9]+")
-#: The padding a numeric text may have (``str.strip()`` also strips control characters float() keeps).
-_BLANKS = " \t\n\r\f\v"
 _TIMESTAMP_FORMS = "a timestamp (yyyy-MM-dd HH:mm:ss[.fff][zone] or an epoch integer)"
 _SPECIAL_FLOATS = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
-
-
-def units_per_second(precision: int | None) -> int:
-    """The integer unit Debezium uses for a temporal column of this precision."""
-    if precision is None or precision <= 3:
-        return 1_000
-    if precision <= 6:
-        return 1_000_000
-    return 1_000_000_000
-
-
-def _fail(value: Any, expected: str) -> FieldError:
-    return FieldError("", f"expected {expected}, got {excerpt(value)}")
-
-
-def shown(number: Any) -> str:
-    """A number as an error message shows it: its digits (a decimal's without ``Decimal(...)``), cut
-    to about 60 characters."""
-    if isinstance(number, Decimal):
-        text = str(number)
-        return text if len(text) <= 60 else text[:57] + "..."
-    return excerpt(number)
-
-
-@lru_cache(maxsize=128)
-def decimal_bytes_limit(precision: int | None) -> int:
-    """The most bytes a two's-complement unscaled value of ``precision`` digits takes (the limit's
-    without a precision)."""
-    digits = MAX_DECIMAL_DIGITS if precision is None else min(precision, MAX_DECIMAL_DIGITS)
-    largest: int = 10**digits - 1
-    return largest.bit_length() // 8 + 1
-
-
-def _base64_limit(precision: int | None) -> int:
-    return 4 * -(-decimal_bytes_limit(precision) // 3)
-
-
-def _too_long(length: int, unit: str, precision: int | None) -> FieldError:
-    bound = (
-        f"a DECIMAL of precision {precision} has at most {decimal_bytes_limit(precision)}"
-        if precision is not None and precision < MAX_DECIMAL_DIGITS
-        else f"a decimal value has at most {MAX_DECIMAL_DIGITS:,} digits, {decimal_bytes_limit(None):,}"
-    )
-    return FieldError("", f"the decimal's unscaled value is {length:,} {unit} long: {bound} bytes")
-
-
-def _check_scale(scale: int) -> None:
-    if not -MAX_DECIMAL_SCALE <= scale <= MAX_DECIMAL_SCALE:
-        raise FieldError(
-            "",
-            f"the decimal's scale {excerpt(scale)} is beyond ±{MAX_DECIMAL_SCALE:,}, the largest supported",
-        )
-
-
-class InexactNumber(Exception):  # noqa: N818 - a signal, not an error
-    """A JSON number needs more digits than a double holds: parse the message again, exactly."""
-
-
-def loads_exact(data: bytes) -> Any:
-    """JSON with numbers as exact decimals (slow path, for messages with long decimals; orjson has
-    read them already, so they are valid JSON nested at most 1,024 levels)."""
-    try:
-        return json.loads(data, parse_float=Decimal)
-    except RecursionError:
-        raise FieldError("", "the JSON is nested too deeply to read its numbers exactly") from None
-    except ValueError as error:  # an integer over Python's 4,300-digit conversion limit
-        raise FieldError("", f"a number cannot be read exactly ({str(error)[:80]})") from None
 
 
 def _integer(kind: TypeKind) -> Converter:
@@ -149,18 +67,18 @@ def _integer(kind: TypeKind) -> Converter:
         if value.__class__ is int:
             number = value
         elif isinstance(value, str):
-            text = value.strip(_BLANKS)
+            text = value.strip(BLANKS)
             if len(text) > _MAX_INTEGER_TEXT:
                 raise FieldError("", f"{excerpt(value)} is too long to be a {kind.value}")
             if not _INTEGER_TEXT.fullmatch(text):
-                raise _fail(value, f"an integer for {kind.value}")
+                raise expected(value, f"an integer for {kind.value}")
             number = int(text)
         elif isinstance(value, (float, Decimal)) and _is_whole(value):
             if not low <= value <= high:
                 raise FieldError("", f"{shown(value)} is out of range for {kind.value}")
             number = int(value)
         else:
-            raise _fail(value, f"an integer for {kind.value}")
+            raise expected(value, f"an integer for {kind.value}")
         if not low <= number <= high:
             raise FieldError("", f"{shown(number)} is out of range for {kind.value}")
         return number
@@ -183,7 +101,7 @@ def _boolean(value: Any) -> bool:
         return value
     if isinstance(value, str) and value.lower() in ("true", "false"):
         return value.lower() == "true"
-    raise _fail(value, "a boolean")
+    raise expected(value, "a boolean")
 
 
 def _float64(value: Any) -> float:
@@ -195,14 +113,14 @@ def _float64(value: Any) -> float:
             return special
         text = numeric_text(value)
         if text is None:
-            raise _fail(value, "a number")
+            raise expected(value, "a number")
         return _finite(float(text), value, "DOUBLE")
     if isinstance(value, (int, Decimal)) and not isinstance(value, bool):
         try:
             return _finite(float(value), value, "DOUBLE")
         except OverflowError:
             raise FieldError("", f"{shown(value)} is out of range for DOUBLE") from None
-    raise _fail(value, "a number")
+    raise expected(value, "a number")
 
 
 def _finite(number: float, value: Any, kind: str) -> float:
@@ -217,99 +135,6 @@ def _float32(value: Any) -> float:
     single: float = struct.unpack("f", struct.pack("f", number))[0]
     # Rounding to the nearest FLOAT overflows to an infinity only beyond FLOAT's largest value.
     return single if math.isinf(number) else _finite(single, value, "FLOAT")
-
-
-def decimal_from_bytes(data: bytes, scale: int, precision: int | None = None) -> Decimal:
-    """The exact decimal of two's-complement unscaled bytes; refused by length beyond ``precision``
-    digits (:data:`MAX_DECIMAL_DIGITS` without one) before converting."""
-    _check_scale(scale)
-    if len(data) > decimal_bytes_limit(precision):
-        raise _too_long(len(data), "bytes", precision)
-    unscaled = Decimal(int.from_bytes(data, "big", signed=True))
-    if unscaled.adjusted() >= MAX_DECIMAL_DIGITS:
-        raise _too_many_digits()
-    return unscaled.scaleb(-scale, EXACT)
-
-
-def _too_many_digits() -> FieldError:
-    return FieldError("", f"the decimal has more than {MAX_DECIMAL_DIGITS:,} digits, the most supported")
-
-
-def decimal_from_base64(text: str, scale: int, precision: int | None = None) -> Decimal:
-    if len(text) > _base64_limit(precision):
-        raise _too_long(len(text), "base64 characters", precision)
-    try:
-        data = base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        raise _fail(text, "a decimal (a number, or base64 two's-complement bytes)") from None
-    return decimal_from_bytes(data, scale, precision)
-
-
-def variable_scale_decimal(value: Mapping[str, Any]) -> Decimal:
-    """Debezium's ``io.debezium.data.VariableScaleDecimal``: ``{"scale": s, "value": base64}``."""
-    scale, unscaled = value.get("scale"), value.get("value")
-    if scale.__class__ is not int or not isinstance(unscaled, str):
-        raise _fail(value, 'a VariableScaleDecimal {"scale": int, "value": base64}')
-    return decimal_from_base64(unscaled, scale)
-
-
-def numeric_text(value: str) -> str | None:
-    """``value`` without its padding if it is a number in ASCII digits (``-1.5e3``), else None."""
-    text = value.strip(_BLANKS)
-    return text if _NUMBER.fullmatch(text) else None
-
-
-def decimal_from_text(text: str) -> Decimal | None:
-    """The decimal a numeric text stands for (None: not a number); refused beyond the digit limit."""
-    if len(text) > _MAX_DECIMAL_TEXT:
-        raise FieldError(
-            "",
-            f"the value is {len(text):,} characters long: a decimal has at most {MAX_DECIMAL_DIGITS:,} "
-            "digits (or their base64 bytes)",
-        )
-    if not _NUMBER.fullmatch(text):
-        return None
-    number = Decimal(text)
-    if number and not -_MAX_EXPONENT <= number.adjusted() <= _MAX_EXPONENT:
-        raise FieldError("", f"{excerpt(text)} is out of the decimal range (exponents to ±{_MAX_EXPONENT:,})")
-    return number
-
-
-_MAX_DECIMAL_TEXT = MAX_DECIMAL_DIGITS + 40
-_MAX_EXPONENT = MAX_DECIMAL_DIGITS + MAX_DECIMAL_SCALE
-
-
-def fits_decimal(number: Decimal, precision: int | None, scale: int | None) -> Decimal:
-    """``number`` rounded half-up to ``scale`` (if any), or a :class:`FieldError` when it does not fit
-    ``DECIMAL(precision, scale)``; the magnitude is checked before any rounding work."""
-    if not number.is_finite():
-        raise FieldError("", f"{shown(number)} is not a finite decimal")
-    what = f"DECIMAL({precision}, {scale})" if scale is not None else "a decimal"
-    if number and not -_MAX_EXPONENT <= number.adjusted() <= _MAX_EXPONENT:
-        raise FieldError("", f"{shown(number)} is out of the decimal range (exponents to ±{_MAX_EXPONENT:,})")
-    if precision is not None and number and number.adjusted() >= precision - (scale or 0):
-        raise FieldError("", f"{shown(number)} does not fit {what}")
-    if scale is None:
-        if len(number.as_tuple().digits) > MAX_DECIMAL_DIGITS:
-            raise _too_many_digits()
-        return number
-    try:
-        number = number.quantize(_quantum(scale), context=EXACT)
-    except InvalidOperation:
-        raise FieldError("", f"{shown(number)} does not fit {what}") from None
-    if precision is not None and number.copy_abs() >= _power_of_ten(precision - scale):
-        raise FieldError("", f"{shown(number)} does not fit {what}")
-    return number
-
-
-def _power_of_ten(exponent: int) -> Decimal:
-    return Decimal((0, (1,), exponent))
-
-
-@lru_cache(maxsize=64)
-def _quantum(scale: int) -> Decimal:
-    _check_scale(scale)
-    return _power_of_ten(-scale)
 
 
 def _decimal(precision: int | None, scale: int | None) -> Converter:
@@ -327,13 +152,13 @@ def _decimal(precision: int | None, scale: int | None) -> Converter:
                 raise InexactNumber()
             number = Decimal(repr(value))
         elif isinstance(value, str):
-            text = value.strip(_BLANKS)
+            text = value.strip(BLANKS)
             parsed = decimal_from_text(text)
             number = parsed if parsed is not None else decimal_from_base64(text, scale or 0, precision)
         elif isinstance(value, Mapping):
             number = variable_scale_decimal(value)
         else:
-            raise _fail(value, "a decimal")
+            raise expected(value, "a decimal")
         return fits_decimal(number, precision, scale)
 
     return convert
@@ -381,7 +206,7 @@ def json_text(value: Any) -> str:
                 f"the JSON value is nested deeper than {MAX_JSON_TEXT_DEPTH} levels, the most a STRING "
                 "column keeps as text",
             ) from None
-        raise _fail(value, "a value that can be written as JSON text") from None
+        raise expected(value, "a value that can be written as JSON text") from None
 
 
 def _binary(value: Any) -> bytes:
@@ -391,8 +216,8 @@ def _binary(value: Any) -> bytes:
         try:
             return base64.b64decode(value, validate=True)
         except (binascii.Error, ValueError):
-            raise _fail(value, "base64-encoded bytes") from None
-    raise _fail(value, "base64-encoded bytes")
+            raise expected(value, "base64-encoded bytes") from None
+    raise expected(value, "base64-encoded bytes")
 
 
 def _date(value: Any) -> dt.date:
@@ -405,8 +230,8 @@ def _date(value: Any) -> dt.date:
         try:
             return dt.date.fromisoformat(value.strip()[:10])
         except ValueError:
-            raise _fail(value, "a date (yyyy-MM-dd or days since 1970-01-01)") from None
-    raise _fail(value, "a date (yyyy-MM-dd or days since 1970-01-01)")
+            raise expected(value, "a date (yyyy-MM-dd or days since 1970-01-01)") from None
+    raise expected(value, "a date (yyyy-MM-dd or days since 1970-01-01)")
 
 
 def _trim_fraction(text: str) -> str:
@@ -427,7 +252,7 @@ def _time(precision: int | None) -> Converter:
                 return dt.time.fromisoformat(_trim_fraction(value).rstrip("Z"))
             except ValueError:
                 pass
-        raise _fail(value, "a time (HH:mm:ss[.fff] or an integer since midnight)")
+        raise expected(value, "a time (HH:mm:ss[.fff] or an integer since midnight)")
 
     return convert
 
@@ -447,26 +272,16 @@ def _timestamp(precision: int | None, *, zoned: bool) -> Converter:
             try:
                 parsed = dt.datetime.fromisoformat(_trim_fraction(value))
             except ValueError:
-                raise _fail(
+                raise expected(
                     value, "a timestamp (yyyy-MM-dd HH:mm:ss[.fff][zone] or an epoch integer)"
                 ) from None
             if parsed.tzinfo is None:
                 return parsed.replace(tzinfo=dt.UTC) if zoned else parsed
             utc = in_utc(parsed, value)
             return utc if zoned else utc.replace(tzinfo=None)
-        raise _fail(value, _TIMESTAMP_FORMS)
+        raise expected(value, _TIMESTAMP_FORMS)
 
     return convert
-
-
-def in_utc(moment: dt.datetime, value: Any = None) -> dt.datetime:
-    """``moment`` (with a zone) as UTC; a :class:`FieldError` when that falls outside years 1-9999
-    (``0001-01-01T00:00:00+01:00``)."""
-    try:
-        return moment.astimezone(dt.UTC)
-    except (OverflowError, ValueError):
-        shown = excerpt(value) if value is not None else moment.isoformat()
-        raise FieldError("", f"{shown} is out of the TIMESTAMP range (years 1 to 9999 in UTC)") from None
 
 
 def _array(element: DataType) -> Converter:
@@ -474,7 +289,7 @@ def _array(element: DataType) -> Converter:
 
     def convert(value: Any) -> list[Any]:
         if not isinstance(value, list):
-            raise _fail(value, "an array")
+            raise expected(value, "an array")
         out = []
         for index, item in enumerate(value):
             try:
@@ -492,7 +307,7 @@ def _map(key: DataType, value_type: DataType) -> Converter:
 
     def convert(value: Any) -> dict[Any, Any]:
         if not isinstance(value, Mapping):
-            raise _fail(value, "an object (map)")
+            raise expected(value, "an object (map)")
         out = {}
         for name, item in value.items():
             try:
@@ -589,7 +404,7 @@ class RowConverter:
 
     def convert_value(self, value: Any) -> dict[str, Any]:
         if not isinstance(value, Mapping):
-            raise _fail(value, "an object (struct)")
+            raise expected(value, "an object (struct)")
         return self.convert(value)
 
 

@@ -417,6 +417,7 @@ class GenericEncoder(Encoder):
 
 class GenericFormat(FormatFactory):
     name = NAME
+    spark_source = "cdc-generic"
     options = OPTIONS
 
     def create_decoder(

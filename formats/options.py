@@ -126,6 +126,17 @@ class OptionSet:
             key = key[len(prefix) :]
         return key if key in self.options else None
 
+    def accepts(self, key: str, text: str) -> bool:
+        """Whether the format has option ``key`` and it takes the value ``text``."""
+        option = self.options.get(key)
+        if option is None:
+            return False
+        try:
+            option.parse(text)
+        except ValueError:
+            return False
+        return True
+
     def owns(self, given_key: str) -> bool:
         return self.strip_prefix(given_key) is not None
 

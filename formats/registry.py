@@ -1,13 +1,19 @@
 """Find a format by name: the built-in ones, then third-party ones from the ``cdcflow.formats``
-entry-point group. Nothing registers itself on import."""
+entry-point group. Nothing registers itself on import.
+
+Each factory class declares everything the rest of cdcflow knows of its format (name, aliases, Spark
+source name, options, metadata columns, columnar decoder); connectors read these declarations and never
+test a format's name. Adding a built-in format is one line in ``_BUILTIN`` (docs/formats.md).
+"""
 
 from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from functools import cache
 from importlib.metadata import entry_points
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from cdcflow.formats.base import Decoder, Encoder, MetadataColumn, require_schema
 from cdcflow.formats.errors import UnknownFormatError
@@ -32,8 +38,16 @@ class FormatFactory(ABC):
     """Owns a format's name and options and builds its decoders and encoders (on the driver)."""
 
     name: ClassVar[str]
+    aliases: ClassVar[tuple[str, ...]] = ()
+    """Other names :func:`resolve_format` finds this format under."""
+    spark_source: ClassVar[str]
+    """The ``cdc-*`` Spark data source of a built-in format; its shim is ``pyspark_<name, - as _>``."""
     options: ClassVar[OptionSet]
     metadata_columns: ClassVar[tuple[MetadataColumn, ...]] = ()
+    columnar_decoder: ClassVar[str | None] = None
+    """``module:class`` of its decoder's columnar twin (``for_decoder``), loaded only where pyarrow is."""
+    encoder_takes_topic: ClassVar[bool] = False
+    """Whether :meth:`create_encoder` takes ``topic=``, the topic its registry subjects are named after."""
 
     @abstractmethod
     def create_decoder(
@@ -50,14 +64,17 @@ class FormatFactory(ABC):
     def require_schema(self, schema: Schema | None) -> Schema:
         return require_schema(schema, self.name)
 
+    @classmethod
+    def has_metadata(cls, *keys: str) -> bool:
+        """Whether the format exposes every one of the metadata columns ``keys``."""
+        return set(keys) <= {column.key for column in cls.metadata_columns}
+
 
 def resolve_format(name: str) -> FormatFactory:
     """The factory registered under ``name`` (built-in first, then the entry-point group)."""
-    target = _BUILTIN.get(name)
-    if target is not None:
-        module_name, _, class_name = target.partition(":")
-        factory_class = getattr(importlib.import_module(module_name), class_name)
-        return factory_class()  # type: ignore[no-any-return]
+    factory_class = _builtin(name)
+    if factory_class is not None:
+        return factory_class()
     for entry_point in entry_points(group=ENTRY_POINT_GROUP):
         if entry_point.name == name:
             loaded = entry_point.load()
@@ -74,3 +91,22 @@ def resolve_format(name: str) -> FormatFactory:
 def available_formats() -> list[str]:
     third_party = [ep.name for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name not in _BUILTIN]
     return [*_BUILTIN, *sorted(third_party)]
+
+
+@cache
+def builtin_factories() -> tuple[type[FormatFactory], ...]:
+    """The built-in factory classes, in registration order (this imports every built-in format)."""
+    return tuple(load(target) for target in _BUILTIN.values())
+
+
+def load(target: str) -> Any:
+    """The object a ``module:attribute`` target names."""
+    module_name, _, attribute = target.partition(":")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
+def _builtin(name: str) -> type[FormatFactory] | None:
+    target = _BUILTIN.get(name)
+    if target is not None:
+        return load(target)  # type: ignore[no-any-return]
+    return next((factory for factory in builtin_factories() if name in factory.aliases), None)

@@ -407,6 +407,8 @@ class UpsertKafkaEncoder(Encoder):
 
 class UpsertKafkaFormat(FormatFactory):
     name = NAME
+    spark_source = "cdc-upsert-kafka"
+    encoder_takes_topic = True
     options = OPTIONS
 
     def create_decoder(

@@ -215,8 +215,8 @@ def _read_config(path: str) -> dict[str, Any]:
 
 def config_from(merged: dict[str, Any]) -> tuple[Any, bool]:
     """The :class:`IngestConfig`, and whether it is the embedded demo."""
-    from cdcflow.connectors.lakehouse.delta.apply import Materialize
     from cdcflow.connectors.lakehouse.delta.control import OnTruncate
+    from cdcflow.connectors.lakehouse.delta.options import Materialize
     from cdcflow.connectors.lakehouse.ingest import IngestConfig
 
     demo = not merged.get("path") and not merged.get("bootstrap_servers")
@@ -305,7 +305,7 @@ def _count(value: Any) -> int | None:
 
 def run(args: argparse.Namespace) -> int:
     from cdcflow.connectors.lakehouse.ingest import ingest
-    from cdcflow.connectors.spark.jobs import check_local_dir, check_source, spark_errors
+    from cdcflow.connectors.spark.jobs import check_local_dir, spark_errors
 
     config, demo = config_from(settings(args))
     source = config.path or f"{config.bootstrap_servers} {','.join(config.topics)}"
@@ -313,7 +313,6 @@ def run(args: argparse.Namespace) -> int:
     print(f"cdcflow ingest: {shown}", file=sys.stderr)
     check_local_dir(config.checkpoint, "--checkpoint")
     check_local_dir(config.target, "--target")
-    check_source(config.source, config.source_options())
     with spark_errors():
         summary = ingest(config, out=sys.stderr)  # its last line says what it did
     if summary.interrupted:

@@ -42,11 +42,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def source_of(args: argparse.Namespace) -> str:
     """The ``cdc-*`` source of ``--format`` (or of the deprecated ``--source``)."""
-    from cdcflow.connectors.spark.sources import source_names
+    from cdcflow.connectors.spark.sources import source_formats, source_names
 
     by_format = source_names()
     if args.source is not None:
-        formats = {short: name for name, short in by_format.items()}
+        formats = source_formats()
         deprecated("--source", f"--format {formats.get(args.source, 'FORMAT')}")
         if args.format is not None:
             raise CdcflowUsageError("give the format once: --format")

@@ -41,6 +41,8 @@ CLIENT_LOG_REPEAT_S = 60.0
 """librdkafka repeats a failing connection attempt every second or so: each distinct line (numbers
 aside) is logged at most once per this many seconds, per process."""
 _DIGITS = re.compile(r"\d+")
+_SUPPRESSED = re.compile(r", \d+ identical error\(s\) suppressed")
+"""librdkafka's count of the repeats it left out, which makes a repeated line look new."""
 
 
 class _OnceLogger:
@@ -54,7 +56,7 @@ class _OnceLogger:
 
     def log(self, level: int, message: str, *args: object) -> None:
         text = message % args if args else message
-        key, now = _DIGITS.sub("#", text), time.monotonic()
+        key, now = _DIGITS.sub("#", _SUPPRESSED.sub("", text)), time.monotonic()
         with self._lock:
             last = self.last_logged.get(key)
             if last is not None and now - last < CLIENT_LOG_REPEAT_S:

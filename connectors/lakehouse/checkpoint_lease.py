@@ -33,7 +33,7 @@ from cdcflow.formats.redact import redact
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from cdcflow.connectors.lakehouse.delta.apply import BatchApplied
+    from cdcflow.connectors.lakehouse.delta.result import BatchApplied
 
 LEASE_DIR = "cdcflow-lease"
 HEARTBEAT_S = 10.0

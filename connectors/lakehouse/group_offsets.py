@@ -19,7 +19,7 @@ from cdcflow.connectors.kafka.options import KafkaOptions, Offsets, offsets_from
 from cdcflow.connectors.lakehouse.delta.storage import Storage, join
 
 if TYPE_CHECKING:
-    from cdcflow.connectors.lakehouse.delta.apply import BatchApplied
+    from cdcflow.connectors.lakehouse.delta.result import BatchApplied
 
 OnBatch = Callable[["BatchApplied"], None]
 

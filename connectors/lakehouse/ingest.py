@@ -17,14 +17,16 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from cdcflow.connectors.errors import ConnectorError, ConnectorOptionError, schema_change
 from cdcflow.connectors.lakehouse import added_columns
 from cdcflow.connectors.lakehouse.checkpoint_lease import CheckpointLease
-from cdcflow.connectors.lakehouse.delta.apply import BatchApplied, Materialize
 from cdcflow.connectors.lakehouse.delta.backend import BACKENDS
 from cdcflow.connectors.lakehouse.delta.control import OnTruncate
+from cdcflow.connectors.lakehouse.delta.options import Materialize
+from cdcflow.connectors.lakehouse.delta.result import BatchApplied
 from cdcflow.connectors.lakehouse.delta.storage import Storage, is_remote, join
 from cdcflow.connectors.lakehouse.delta.tables import open_table
 from cdcflow.connectors.lakehouse.group_offsets import committing
@@ -40,6 +42,7 @@ from cdcflow.connectors.lakehouse.ingest_defaults import (
 from cdcflow.connectors.lakehouse.sink import DeltaSink, SinkProgress, apply_options
 from cdcflow.connectors.spark.accounting import CountsSince, MessageCounts
 from cdcflow.formats.redact import redacted_repr
+from cdcflow.formats.registry import resolve_format
 from cdcflow.formats.types import parse_ddl
 
 if TYPE_CHECKING:
@@ -48,6 +51,8 @@ if TYPE_CHECKING:
 
     from cdcflow.connectors.spark.read_plan import ReadPlan
 
+LOG_POSITION = ("source.sequence", "source.timestamp")
+"""The metadata columns a format orders each key's changes by, by default, where it declares both."""
 DEBEZIUM_SEQUENCE = "source_sequence"
 DEBEZIUM_RESTART = "source_timestamp"
 """The commit time: tells a restarted log position (failover, RESET MASTER) from a late change."""
@@ -129,11 +134,16 @@ class IngestConfig:
     def resolved_sequence(self) -> str | None:
         if self.sequence_by == "none":
             return None
-        if self.sequence_by is None and self.format.startswith("debezium"):
+        if self.sequence_by is None and resolve_format(self.format).has_metadata(*LOG_POSITION):
             return DEBEZIUM_SEQUENCE
         return self.sequence_by
 
     def source_options(self) -> dict[str, str]:
+        """The source's options: the user's with the job's defaults (decided once; a copy to add to)."""
+        return dict(self._source_options)
+
+    @cached_property
+    def _source_options(self) -> Mapping[str, str]:
         options = dict(self.options)
         if self.schema:
             options["columns"] = self.schema
@@ -144,7 +154,7 @@ class IngestConfig:
             options.setdefault("subscribe", ",".join(self.topics))
             options.setdefault("startingOffsets", "earliest")
         if self.resolved_sequence() == DEBEZIUM_SEQUENCE:
-            add_metadata(options, "source.sequence", "source.timestamp")
+            add_metadata(options, *LOG_POSITION)
         add_source_defaults(
             options,
             self.format,
@@ -179,7 +189,7 @@ class IngestConfig:
         if self.resolved_sequence() != DEBEZIUM_SEQUENCE:
             return []
         requested = self._metadata()
-        pairs = ((DEBEZIUM_SEQUENCE, "source.sequence"), (DEBEZIUM_RESTART, "source.timestamp"))
+        pairs = zip((DEBEZIUM_SEQUENCE, DEBEZIUM_RESTART), LOG_POSITION, strict=True)
         return [column for column, name in pairs if name not in requested]
 
 
@@ -300,11 +310,15 @@ def _ingest(
     on_batch: Callable[[BatchApplied], None],
     lease: CheckpointLease,
 ) -> IngestSummary:
+    from cdcflow.connectors.kafka.admin import discover_partitions
     from cdcflow.connectors.spark.jobs import local_session
+    from cdcflow.connectors.spark.read_plan import KafkaInput
 
     sequence = config.resolved_sequence()
     links = config.links()
     plan = _plan(config)
+    if isinstance(plan.input, KafkaInput):
+        discover_partitions(plan.input.options)  # an unreachable cluster or a missing topic: before Spark
     check_columns(config, plan)
     origin = origin_columns(config, plan)
     options = apply_options(

@@ -7,9 +7,10 @@
   range per core, ``minPartitions``, which the job sets from the session when it starts).
 - Control events as rows (``controlEvents=emit``): the applier applies a TRUNCATE exactly once and
   counts the others.
-- Debezium: ``changelog-mode=upsert`` (an update is its +U row: the merge needs no -U, and tables
-  with PostgreSQL's REPLICA IDENTITY DEFAULT, whose updates have no before image, need no option);
-  ``unavailable-values=REPORT`` with metadata ``unavailable-columns``, ``old-key`` and
+- Where the format declares them (Debezium's do; the factory's options and metadata columns say so,
+  never its name): ``changelog-mode=upsert`` (an update is its +U row: the merge needs no -U, and
+  tables with PostgreSQL's REPLICA IDENTITY DEFAULT, whose updates have no before image, need no
+  option); ``unavailable-values=REPORT`` with metadata ``unavailable-columns``, ``old-key`` and
   ``new-key``, so that the Delta merge keeps the target's value of every column Debezium did not
   send (durable, unlike a decoder's memory), also across primary-key changes.
 """
@@ -22,6 +23,7 @@ from typing import Any
 
 from cdcflow.connectors.errors import ConnectorOptionError
 from cdcflow.connectors.spark.options import CONTROL_COLUMN
+from cdcflow.formats.registry import resolve_format
 
 DEFAULT_MAX_OFFSETS_PER_TRIGGER = 100_000
 DEFAULT_MAX_BYTES_PER_TRIGGER = 64 << 20
@@ -30,8 +32,10 @@ DEFAULT_RECORDS_PER_PARTITION = 50_000
 #: What the job set for recorded files before ``minPartitions``: how an uncommitted batch that such a
 #: version logged is read again, and how files are split where the session's cores are unknown.
 LEGACY_FILE_RECORDS_PER_PARTITION = 50_000
-#: Debezium metadata the applier reads: (metadata key, its column, the ApplyOptions field naming it).
-DEBEZIUM_LINKS = (
+#: Format options the job sets where the format's option takes the value (and the user gave none).
+FORMAT_DEFAULTS = (("unavailable-values", "REPORT"), ("changelog-mode", "upsert"))
+#: Metadata the applier reads where the format has it: (metadata key, its column, the ApplyOptions field).
+APPLIER_LINKS = (
     ("unavailable-columns", "unavailable_columns", "unavailable_column"),
     ("old-key", "old_key", "old_key_column"),
     ("new-key", "new_key", "new_key_column"),
@@ -99,13 +103,14 @@ def add_source_defaults(
         options["maxRecordsPerPartition"] = str(DEFAULT_RECORDS_PER_PARTITION)
     if given_key(options, "controlEvents") is None:
         options["controlEvents"] = "emit"
-    if not format_name.startswith("debezium"):
-        return
-    if given_key(options, "unavailable-values", f"{format_name}.unavailable-values") is None:
-        options["unavailable-values"] = "REPORT"
-    if given_key(options, "changelog-mode", f"{format_name}.changelog-mode") is None:
-        options["changelog-mode"] = "upsert"
-    add_metadata(options, *(key for key, _, _ in DEBEZIUM_LINKS))
+    factory = resolve_format(format_name)
+    for key, value in FORMAT_DEFAULTS:
+        declared = factory.options.accepts(key, value)
+        if declared and given_key(options, key, f"{factory.options.prefix}.{key}") is None:
+            options[key] = value
+    links = applier_links(format_name)
+    if links:
+        add_metadata(options, *(key for key, _, _ in links))
 
 
 def source_links(options: Mapping[str, str], format_name: str, requested_metadata: list[str]) -> SourceLinks:
@@ -116,9 +121,14 @@ def source_links(options: Mapping[str, str], format_name: str, requested_metadat
     if control is not None and options[control].strip().lower() == "emit":
         apply["control_column"] = CONTROL_COLUMN
         exclude.append(CONTROL_COLUMN)
-    if format_name.startswith("debezium"):
-        for key, column, field in DEBEZIUM_LINKS:
-            apply[field] = column
-            if key not in requested_metadata:
-                exclude.append(column)
+    for key, column, field in applier_links(format_name):
+        apply[field] = column
+        if key not in requested_metadata:
+            exclude.append(column)
     return SourceLinks(apply, tuple(exclude))
+
+
+def applier_links(format_name: str) -> tuple[tuple[str, str, str], ...]:
+    """The :data:`APPLIER_LINKS` whose metadata column the format declares."""
+    factory = resolve_format(format_name)
+    return tuple(link for link in APPLIER_LINKS if factory.has_metadata(link[0]))

@@ -153,8 +153,20 @@ class SparkTable:
 
     @staticmethod
     def _applied(snapshot: Any, app_id: str) -> int:
-        found = snapshot.transactions().get(app_id)
-        return int(found.get()) if found.isDefined() else -1
+        # The version's checksum file (written by Delta on Spark with each commit) lists the table's
+        # application transactions; reading them from the snapshot instead runs a Spark job over the
+        # whole log (seconds per call). A version without one (delta-rs writes none) is read the long way.
+        checksum = snapshot.checksumOpt()
+        listed = checksum.get().setTransactions() if checksum.isDefined() else None
+        if listed is not None and listed.isDefined():
+            found = listed.get().iterator()
+            while found.hasNext():
+                transaction = found.next()
+                if transaction.appId() == app_id:
+                    return int(transaction.version())
+            return -1
+        applied = snapshot.transactions().get(app_id)
+        return int(applied.get()) if applied.isDefined() else -1
 
     def before(self, app_id: str, batch_id: int) -> SparkTable | None:
         low, high = 0, self.version()

@@ -1,5 +1,7 @@
 """Registers ``cdc-upsert-kafka`` with Spark, which imports every top-level ``pyspark_*`` module."""
 
-from cdcflow.connectors.spark.sources import UpsertKafkaSource as DefaultSource
+from cdcflow.connectors.spark.sources import shim_source
+
+DefaultSource = shim_source(__name__)
 
 __all__ = ["DefaultSource"]

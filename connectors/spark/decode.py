@@ -24,6 +24,7 @@ from cdcflow.core.model import Change
 from cdcflow.core.rowkind import RowKind
 from cdcflow.formats.base import ControlEvent, DecodeOutput, FormatMetrics, Message
 from cdcflow.formats.debezium.arrow import ColumnarBatch, ColumnarDecoder
+from cdcflow.formats.registry import load, resolve_format
 
 logger = logging.getLogger(__name__)
 
@@ -53,9 +54,7 @@ class BatchDecoder:
         self._changes = ChangeBatchBuilder(
             decoded, plan.row_kind_column, pa.schema([*built, pa.field(plan.row_kind_column, pa.string())])
         )
-        self._columnar = ColumnarDecoder.for_decoder(
-            plan.decoder, canonical, row_kind_column=plan.row_kind_column
-        )
+        self._columnar = _columnar(plan, canonical)
         self._dead_letters = (
             DeadLetterWriter(plan.dead_letters, self.range_name) if plan.dead_letters is not None else None
         )
@@ -300,3 +299,12 @@ class _LineCounter:
     def skip(self, lines: int) -> None:
         if self._next_line is not None:
             self._next_line += lines
+
+
+def _columnar(plan: ReadPlan, physical: pa.Schema) -> ColumnarDecoder | None:
+    """The columnar twin of the plan's decoder, where its format declares one and it takes the read."""
+    target = resolve_format(plan.format_name).columnar_decoder
+    if target is None:
+        return None
+    columnar: type[ColumnarDecoder] = load(target)
+    return columnar.for_decoder(plan.decoder, physical, row_kind_column=plan.row_kind_column)

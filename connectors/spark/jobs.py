@@ -124,9 +124,9 @@ def check_source(source: str, options: Mapping[str, str]) -> None:
     the source itself does on the driver, so a mistake is one clear error instead of Spark's traces."""
     from cdcflow.connectors.kafka import admin as kafka_admin
     from cdcflow.connectors.spark.read_plan import KafkaInput, plan_read
-    from cdcflow.connectors.spark.sources import source_names
+    from cdcflow.connectors.spark.sources import source_formats
 
-    by_name = {short: name for name, short in source_names().items()}
+    by_name = source_formats()
     if source not in by_name:
         raise ConnectorOptionError(f"--source {source!r} is not one of {', '.join(by_name)}")
     plan = plan_read(by_name[source], options, None)

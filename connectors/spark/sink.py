@@ -57,15 +57,11 @@ class WritePlan:
 
     def encoder(self) -> Encoder:
         factory = resolve_format(self.format_name)
-        if self.format_name in _TOPIC_ENCODERS:  # the topic names their registry subjects
+        if factory.encoder_takes_topic:
             return factory.create_encoder(  # type: ignore[call-arg]
                 self.format_options, self.table, self.key_columns, topic=self.topic
             )
         return factory.create_encoder(self.format_options, self.table, self.key_columns)
-
-
-#: Formats whose encoders take the topic: they register schemas under <topic>-key / <topic>-value.
-_TOPIC_ENCODERS = frozenset({"debezium-avro-confluent", "debezium-json-registry", "upsert-kafka"})
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructField, StructType
 
 from cdcflow.formats.redact import is_secret, redact
+from cdcflow.formats.registry import FormatFactory, builtin_factories
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -146,61 +147,50 @@ class CdcSource(DataSource):
         return derived if schema == derived.output else plan_read(self.format_name, self.options, schema)
 
 
-class DebeziumSource(CdcSource):
-    format_name = "debezium-json"
-    short_name = "cdc-debezium"
+def _source_class(factory: type[FormatFactory]) -> type[CdcSource]:
+    """The source of a built-in format: ``cdc-debezium-avro`` is ``DebeziumAvroSource``."""
+    words = factory.spark_source.removeprefix("cdc-").split("-")
+    class_name = "".join(word.capitalize() for word in words) + "Source"
+    namespace = {
+        "__module__": __name__,
+        "__qualname__": class_name,
+        "__doc__": f"``{factory.spark_source}``: the ``{factory.name}`` format.",
+        "format_name": factory.name,
+        "short_name": factory.spark_source,
+    }
+    return type(class_name, (CdcSource,), namespace)
 
 
-class DebeziumAvroSource(CdcSource):
-    format_name = "debezium-avro-confluent"
-    short_name = "cdc-debezium-avro"
-
-
-class DebeziumJsonRegistrySource(CdcSource):
-    format_name = "debezium-json-registry"
-    short_name = "cdc-debezium-json-registry"
-
-
-class CanalSource(CdcSource):
-    format_name = "canal-json"
-    short_name = "cdc-canal"
-
-
-class MaxwellSource(CdcSource):
-    format_name = "maxwell-json"
-    short_name = "cdc-maxwell"
-
-
-class OggSource(CdcSource):
-    format_name = "ogg-json"
-    short_name = "cdc-ogg"
-
-
-class GenericSource(CdcSource):
-    format_name = "generic"
-    short_name = "cdc-generic"
-
-
-class UpsertKafkaSource(CdcSource):
-    format_name = "upsert-kafka"
-    short_name = "cdc-upsert-kafka"
-
-
-SOURCES: tuple[type[CdcSource], ...] = (
-    DebeziumSource,
-    DebeziumAvroSource,
-    DebeziumJsonRegistrySource,
-    CanalSource,
-    MaxwellSource,
-    OggSource,
-    GenericSource,
-    UpsertKafkaSource,
-)
+SOURCES: tuple[type[CdcSource], ...] = tuple(_source_class(factory) for factory in builtin_factories())
+# Module attributes, so that Spark pickles each class by reference (and tests import them by name).
+globals().update({source.__name__: source for source in SOURCES})
 
 
 def source_names() -> dict[str, str]:
-    """The ``cdc-*`` source of each format name: the one table ``ingest``, ``stream`` and the checks read."""
-    return {source.format_name: source.short_name for source in SOURCES}
+    """The ``cdc-*`` source of each format name and alias: the one table ``ingest``, ``stream`` and the
+    checks read."""
+    names = {factory.name: factory.spark_source for factory in builtin_factories()}
+    for factory in builtin_factories():
+        names.update(dict.fromkeys(factory.aliases, factory.spark_source))
+    return names
+
+
+def source_formats() -> dict[str, str]:
+    """The format of each ``cdc-*`` source (its name, not an alias)."""
+    return {factory.spark_source: factory.name for factory in builtin_factories()}
+
+
+def shim_module(short_name: str) -> str:
+    """The top-level module Spark finds a source in: ``pyspark_cdc_debezium`` for ``cdc-debezium``."""
+    return "pyspark_" + short_name.replace("-", "_")
+
+
+def shim_source(module: str) -> type[CdcSource]:
+    """The source a ``pyspark_cdc_*`` shim exposes as ``DefaultSource``, named by the shim's module."""
+    by_module = {shim_module(source.short_name): source for source in SOURCES}
+    if module not in by_module:
+        raise ImportError(f"{module}: no cdc-* source is declared for it; declared: {', '.join(by_module)}")
+    return by_module[module]
 
 
 def table_options(options: Mapping[str, str]) -> CaseInsensitiveDict:

@@ -20,10 +20,11 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
-from cdcflow.formats import connect
+from cdcflow.formats import connect, decimals, temporal
 from cdcflow.formats import json_decode as values
+from cdcflow.formats.decimals import EXACT
 from cdcflow.formats.errors import FieldError, SchemaError, excerpt
-from cdcflow.formats.json_decode import EXACT, Converter
+from cdcflow.formats.json_decode import Converter
 from cdcflow.formats.types import DataType, Field, Schema, TypeKind, atomic
 
 AvroSchema = Any  # a JSON value: a type name, a list (union) or an object
@@ -152,7 +153,7 @@ def _decimal(attributes: Mapping[str, Any], path: str) -> tuple[DataType, Conver
         "precision",
         path,
     )
-    if not 0 <= scale <= values.MAX_DECIMAL_SCALE or precision < 1:
+    if not 0 <= scale <= decimals.MAX_DECIMAL_SCALE or precision < 1:
         raise SchemaError(f"field '{path}': a decimal takes a precision >= 1 and a scale from 0 to 10,000")
     data_type = atomic(TypeKind.DECIMAL, max(min(precision, _MAX_PRECISION), scale, 1), scale)
     fit = values.converter(data_type)
@@ -160,7 +161,7 @@ def _decimal(attributes: Mapping[str, Any], path: str) -> tuple[DataType, Conver
 
     def convert(value: Any) -> Any:
         if isinstance(value, bytes):
-            return fit(values.decimal_from_bytes(value, scale, bound))
+            return fit(decimals.decimal_from_bytes(value, scale, bound))
         return fit(value)
 
     return data_type, convert
@@ -185,7 +186,7 @@ def _variable_decimal(value: Any) -> Decimal:
         or value.get("scale").__class__ is not int
     ):
         raise FieldError("", f"expected a VariableScaleDecimal record, got {type(value).__name__}")
-    return values.decimal_from_bytes(value["value"], value["scale"])
+    return decimals.decimal_from_bytes(value["value"], value["scale"])
 
 
 def _array(element: Converter) -> Converter:
@@ -353,12 +354,12 @@ def value_encoder(data_type: DataType) -> Encode:
     if kind is TypeKind.DECIMAL:
         return _encode_decimal(data_type.scale)
     if kind is TypeKind.DATE:
-        return lambda v: (v - values.EPOCH_DATE).days
+        return lambda v: (v - temporal.EPOCH_DATE).days
     if kind is TypeKind.TIME:
-        per_second = values.units_per_second(data_type.precision)
+        per_second = temporal.units_per_second(data_type.precision)
         return lambda v: _micros_of_day(v) * per_second // 1_000_000
     if kind is TypeKind.TIMESTAMP_NTZ:
-        per_second = values.units_per_second(data_type.precision)
+        per_second = temporal.units_per_second(data_type.precision)
         return lambda v: _epoch_micros(v) * per_second // 1_000_000
     if kind is TypeKind.TIMESTAMP_LTZ:
         return lambda v: connect.connect_value(v, data_type)
@@ -388,7 +389,7 @@ def _micros_of_day(value: dt.time) -> int:
 
 
 def _epoch_micros(value: dt.datetime) -> int:
-    delta = value.replace(tzinfo=None) - values.EPOCH
+    delta = value.replace(tzinfo=None) - temporal.EPOCH
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdcflow.formats.debezium.envelope import PLACEHOLDER, is_unavailable
-from cdcflow.formats.json_decode import units_per_second
+from cdcflow.formats.temporal import units_per_second
 from cdcflow.formats.types import Field, TypeKind
 
 _INTEGER_TYPES = {

@@ -19,15 +19,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdcflow.formats.base import Headers
-from cdcflow.formats.debezium.envelope import KEY_HEADERS, header_key
-from cdcflow.formats.debezium.position import source_sequence
+from cdcflow.formats.debezium.envelope import KEY_HEADERS, METADATA, header_key
+from cdcflow.formats.debezium.position import POSTGRES_FIELDS, POSTGRES_SEQUENCE, source_sequence
 from cdcflow.formats.errors import FieldError
 
 #: The metadata keys the columnar path computes.
-SUPPORTED = frozenset(
-    {"source.sequence", "source.timestamp", "ingestion-timestamp", "source.lsn", "unavailable-columns"}
-    | set(KEY_HEADERS)
-)
+SUPPORTED = frozenset(column.key for column in METADATA if column.columnar)
 #: The ``source`` fields :func:`source_sequence` reads, as Arrow's reader parses them.
 _POSITION_FIELDS = (
     ("connector", pa.string()),
@@ -42,11 +39,6 @@ _POSITION_FIELDS = (
     ("scn", pa.string()),
     ("commit_scn", pa.string()),
 )
-#: The fields PostgreSQL's positions take: a block of PostgreSQL events is parsed with these alone, the
-#: others cost the parser a sixth of its time (:class:`PositionFieldsNeeded`).
-_POSTGRES_FIELDS = ("connector", "sequence", "lsn")
-_PART = r'null|"[0-9]{1,18}"|[0-9]{1,18}'
-_POSTGRES_SEQUENCE = rf"^\[(?P<a>{_PART}),(?P<b>{_PART})\]$"
 #: Epoch milliseconds within Python's datetime range (years 1 to 9999), as ``_millis`` accepts them.
 _MIN_MILLIS, _MAX_MILLIS = -62_135_596_800_000, 253_402_300_799_999
 
@@ -60,7 +52,8 @@ def envelope_fields(metadata: Sequence[str], *, postgres: bool = False) -> list[
     ``postgres``: of the position, the fields PostgreSQL's take only."""
     source: dict[str, pa.DataType] = {}
     if "source.sequence" in metadata:
-        source.update(f for f in _POSITION_FIELDS if not postgres or f[0] in _POSTGRES_FIELDS)
+        # PostgreSQL's fields alone: the others cost the parser a sixth of its time.
+        source.update(f for f in _POSITION_FIELDS if not postgres or f[0] in POSTGRES_FIELDS)
     if "source.lsn" in metadata:
         source["lsn"] = pa.int64()
     if "source.timestamp" in metadata:
@@ -136,7 +129,7 @@ def _sequence(source: pa.StructArray, *, postgres_fields: bool = False) -> pa.Ar
     postgres = pc.fill_null(pc.equal(connector, "postgresql"), False).to_numpy(zero_copy_only=False)
     text = _field(source, "sequence")
     lsn = _field(source, "lsn")
-    matched = pc.extract_regex(pc.fill_null(text, ""), _POSTGRES_SEQUENCE)
+    matched = pc.extract_regex(pc.fill_null(text, ""), POSTGRES_SEQUENCE.pattern)
     pair = postgres & matched.is_valid().to_numpy(zero_copy_only=False)
     by_lsn = postgres & text.is_null().to_numpy(zero_copy_only=False)
     has_lsn = lsn.is_valid().to_numpy(zero_copy_only=False)

@@ -414,6 +414,8 @@ class DebeziumAvroEncoder(EnvelopeEncoder):
 
 class DebeziumAvroFormat(FormatFactory):
     name = NAME
+    spark_source = "cdc-debezium-avro"
+    encoder_takes_topic = True
     options = OPTIONS
     metadata_columns = METADATA
 

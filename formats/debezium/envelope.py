@@ -118,8 +118,18 @@ def is_unavailable(value: Any) -> bool:
 
 
 METADATA = (
-    MetadataColumn("ingestion-timestamp", TIMESTAMP_LTZ_MILLIS, "when Debezium processed the event (ts_ms)"),
-    MetadataColumn("source.timestamp", TIMESTAMP_LTZ_MILLIS, "when the change was made in the database"),
+    MetadataColumn(
+        "ingestion-timestamp",
+        TIMESTAMP_LTZ_MILLIS,
+        "when Debezium processed the event (ts_ms)",
+        columnar=True,
+    ),
+    MetadataColumn(
+        "source.timestamp",
+        TIMESTAMP_LTZ_MILLIS,
+        "when the change was made in the database",
+        columnar=True,
+    ),
     MetadataColumn("source.database", STRING, "the database (source.db)"),
     MetadataColumn("source.schema", STRING, "the schema (source.schema)"),
     MetadataColumn("source.table", STRING, "the table (source.table, or source.collection)"),
@@ -134,6 +144,7 @@ METADATA = (
         "unavailable-columns",
         DataType(TypeKind.ARRAY, element=STRING),
         "columns whose value Debezium did not send and state could not fill (unchanged TOAST)",
+        columnar=True,
     ),
     MetadataColumn(
         "old-key",
@@ -141,6 +152,7 @@ METADATA = (
         'on the create of a primary-key change: the old key as JSON text, e.g. {"id":2} (header '
         "__debezium.oldkey); null otherwise",
         reads_headers=True,
+        columnar=True,
     ),
     MetadataColumn(
         "new-key",
@@ -148,13 +160,15 @@ METADATA = (
         "on the delete of a primary-key change: the new key as JSON text (header __debezium.newkey); "
         "null otherwise",
         reads_headers=True,
+        columnar=True,
     ),
     MetadataColumn("schema", STRING, "the Kafka Connect schema block as JSON text (schema-include only)"),
-    MetadataColumn("source.lsn", BIGINT, "PostgreSQL log sequence number (source.lsn)"),
+    MetadataColumn("source.lsn", BIGINT, "PostgreSQL log sequence number (source.lsn)", columnar=True),
     MetadataColumn(
         "source.sequence",
         DataType(TypeKind.ARRAY, element=BIGINT),
         "the change's log position as sortable integers (PostgreSQL, MySQL, SQL Server, Oracle)",
+        columnar=True,
     ),
 )
 

@@ -372,8 +372,10 @@ class DebeziumJsonEncoder(EnvelopeEncoder):
 
 class DebeziumJsonFormat(FormatFactory):
     name = NAME
+    spark_source = "cdc-debezium"
     options = OPTIONS
     metadata_columns = METADATA
+    columnar_decoder = "cdcflow.formats.debezium.arrow:ColumnarDecoder"
 
     def create_decoder(
         self, options: Mapping[str, str], schema: Schema | None = None, metadata: Sequence[str] = ()

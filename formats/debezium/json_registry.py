@@ -10,224 +10,44 @@ The envelope then goes through ``debezium-json``'s decoder (:mod:`.json`), so op
 upsert mode, TOAST placeholders and metadata columns behave identically. Without declared columns,
 they are the writer schema's ``after`` object, read through its Connect annotations
 (:mod:`cdcflow.formats.confluent.json_schema`). With ``validate``, each record is first checked
-against its writer
-schema with ``jsonschema``; a record that fails is a bad record (dead letter or error) whose reason
-is the validator's message and JSON path.
+against its writer schema with ``jsonschema``; a record that fails is a bad record (dead letter or
+error) whose reason is the validator's message and JSON path.
 
-The encoder writes ONE ``u`` event per update, registering a writer schema generated from the table
-schema (or the ``schema`` option's) with ``JSONSerializer``, or framing a known ``schema-id``
-itself. Decimals are written as JSON numbers (the converter's ``decimal.format=NUMERIC``).
+Options: :mod:`.json_registry_config`; writer schemas: :mod:`.json_registry_writer`; the encoder:
+:mod:`.json_registry_encoder`.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from decimal import Decimal
+from dataclasses import replace
 from typing import Any
 
-import orjson
-
-from cdcflow.formats import connect
-from cdcflow.formats.base import (
-    ControlEvent,
-    Decoded,
-    Decoder,
-    Encoded,
-    EnvelopeEncoder,
-    FormatMetrics,
-    Message,
-    check_key_columns,
-    parse_json,
-)
-from cdcflow.formats.confluent import json_schema as json_schema_types
+from cdcflow.formats.base import ControlEvent, Decoded, Decoder, FormatMetrics, Message, parse_json
 from cdcflow.formats.confluent.client import (
-    CONNECTION_OPTIONS,
     HEADER_SIZE,
     MAGIC_BYTE,
-    URL,
-    RegistryConfig,
     fetch_schema,
-    header_bytes,
     registry_client,
-    registry_config,
-    schema_id,
     schema_id_of,
-    shown_url,
 )
-from cdcflow.formats.debezium.envelope import (
-    DEBEZIUM_OPTIONS,
-    ENCODE_OP_MAPPINGS,
-    METADATA,
-    ChangeBuilder,
-    check_metadata,
-    metadata_values,
-    output_schema,
-)
+from cdcflow.formats.debezium.envelope import METADATA, ChangeBuilder, metadata_values
 from cdcflow.formats.debezium.json import DebeziumJsonConfig, DebeziumJsonDecoder
-from cdcflow.formats.errors import (
-    EncodeError,
-    FieldError,
-    FormatError,
-    FormatOptionError,
-    MissingDependencyError,
-    SchemaError,
-    excerpt,
-)
-from cdcflow.formats.json_encode import IGNORE_PARSE_ERRORS
+from cdcflow.formats.debezium.json_registry_config import NAME, OPTIONS, DebeziumJsonRegistryConfig
+from cdcflow.formats.debezium.json_registry_encoder import DebeziumJsonRegistryEncoder
+from cdcflow.formats.debezium.json_registry_writer import WriterSchema, parse_writer
+from cdcflow.formats.errors import FieldError, FormatOptionError, MissingDependencyError, SchemaError, excerpt
 from cdcflow.formats.lru import SCHEMA_CACHE_SIZE, LruCache
-from cdcflow.formats.options import Option, OptionSet, boolean, optional_string
-from cdcflow.formats.redact import redact, redacted_repr
 from cdcflow.formats.registry import FormatFactory
 from cdcflow.formats.types import Schema
 
-NAME = "debezium-json-registry"
 #: The topic of a message without one (a plain file): the TOPIC strategy's subject is "cdcflow-value".
 _NO_TOPIC = "cdcflow"
 #: The longest validator message a reason quotes (it shows the offending value).
 _MAX_VALIDATION_MESSAGE = 300
 
 
-OPTIONS = OptionSet(
-    NAME,
-    [
-        URL,
-        Option(
-            "subject",
-            optional_string,
-            None,
-            "the subject the encoder registers its writer schema under (default: <topic>-value)",
-        ),
-        Option("schema", optional_string, None, "the writer JSON Schema, instead of the registry"),
-        Option(
-            "schema-id",
-            schema_id,
-            None,
-            "the id of the 'schema' option's schema: decoding uses it for this id only (other ids go to the "
-            "registry); encoding writes this id instead of registering",
-        ),
-        Option(
-            "validate",
-            boolean,
-            False,
-            "check each record against its writer schema (jsonschema); one that fails is a bad record",
-        ),
-        *CONNECTION_OPTIONS,
-        IGNORE_PARSE_ERRORS,
-        *DEBEZIUM_OPTIONS,
-    ],
-)
-
-
-@dataclass(frozen=True)
-class DebeziumJsonRegistryConfig:
-    envelope: DebeziumJsonConfig
-    """debezium-json's settings (``schema-include`` on: the writer schema is the schema block)."""
-    registry: RegistryConfig = ()
-    subject: str | None = None
-    writer_schema: str | None = None
-    schema_id: int | None = None
-    validate: bool = False
-
-    @property
-    def url(self) -> str | None:
-        return dict(self.registry).get("url")
-
-    def __repr__(self) -> str:
-        return redacted_repr(self)
-
-    @classmethod
-    def from_options(
-        cls, options: Mapping[str, str], schema: Schema | None, metadata: Sequence[str] = ()
-    ) -> DebeziumJsonRegistryConfig:
-        values = OPTIONS.parse(options)
-        envelope = DebeziumJsonConfig(
-            schema=schema,
-            schema_include=True,
-            ignore_parse_errors=values["ignore-parse-errors"],
-            mode=values["changelog-mode"],
-            unavailable=values["unavailable-values"],
-            key_columns=values["key-columns"],
-            metadata=check_metadata(metadata, NAME),
-        )
-        config = cls(
-            envelope=envelope,
-            registry=registry_config(values, NAME),
-            subject=values["subject"],
-            writer_schema=values["schema"],
-            schema_id=values["schema-id"],
-            validate=values["validate"],
-        )
-        if schema is not None:
-            check_key_columns(schema, envelope.key_columns)
-            output_schema(
-                schema, envelope.metadata, unavailable=envelope.unavailable, key_columns=envelope.key_columns
-            )
-        if config.writer_schema is not None:
-            try:
-                _parse_writer(config.writer_schema, f"option '{NAME}.schema'", schema is None, False)
-            except SchemaError as error:
-                raise FormatOptionError(str(error)) from None
-        return config
-
-
-@dataclass(frozen=True)
-class _Writer:
-    """One writer schema, parsed once: its text, its Connect form and its validator."""
-
-    text: str
-    connect: dict[str, Any] | None
-    """The envelope's ``before``/``after`` as a Connect schema block; None: read the declared columns."""
-    validator: Any = field(default=None, compare=False)
-
-
-def _parse_writer(text: str, where: str, need_columns: bool, validate: bool) -> _Writer:
-    try:
-        parsed = json.loads(text)
-    except ValueError as error:
-        raise SchemaError(f"{where} is not JSON: {error}") from None
-    if not isinstance(parsed, Mapping):
-        raise SchemaError(f"{where} is not a JSON Schema object")
-    try:
-        block: dict[str, Any] | None = _envelope_block(parsed)
-    except SchemaError as error:
-        if need_columns:
-            raise SchemaError(f"{where}: {error}") from None
-        block = None  # the declared columns are read, as debezium-json without a schema block
-    return _Writer(text, block, _validator(parsed, where) if validate else None)
-
-
-def _envelope_block(envelope: Mapping[str, Any]) -> dict[str, Any]:
-    """The Connect struct of the envelope's ``before`` and ``after`` (the rest is not typed)."""
-    properties = envelope.get("properties")
-    if not isinstance(properties, Mapping) or not ({"before", "after"} & properties.keys()):
-        raise SchemaError(
-            "the writer schema has neither an 'after' nor a 'before' property: is it a Debezium Envelope?"
-        )
-    fields = [
-        {**json_schema_types.to_connect(properties[name], name), "field": name}
-        for name in ("after", "before")
-        if name in properties
-    ]
-    return {"type": "struct", "fields": fields}
-
-
-def _validator(schema: Any, where: str) -> Any:
-    try:
-        from jsonschema import exceptions, validators
-    except ImportError:
-        raise MissingDependencyError("jsonschema", "kafka") from None
-    relaxed = json_schema_types.relaxed_for_validation(schema)
-    cls = validators.validator_for(relaxed)
-    try:
-        cls.check_schema(relaxed)
-    except exceptions.SchemaError as error:
-        raise SchemaError(f"{where} is not a valid JSON Schema: {error.message}") from None
-    return cls(relaxed)
-
-
-def _validation_error(writer: _Writer, envelope: Any, schema_id: int | str) -> FieldError | None:
+def _validation_error(writer: WriterSchema, envelope: Any, schema_id: int | str) -> FieldError | None:
     from jsonschema.exceptions import best_match
 
     try:
@@ -275,8 +95,8 @@ class DebeziumJsonRegistryDecoder(Decoder):
         super().__init__(ignore_parse_errors=config.envelope.ignore_parse_errors)
         self.config = config
         self._envelopes = _Envelopes(config.envelope)
-        self._writers: LruCache[int, _Writer] = LruCache(SCHEMA_CACHE_SIZE)
-        self._explicit: _Writer | None = None
+        self._writers: LruCache[int, WriterSchema] = LruCache(SCHEMA_CACHE_SIZE)
+        self._explicit: WriterSchema | None = None
         if config.writer_schema is not None:
             self._explicit = self._writer(config.writer_schema, f"option '{NAME}.schema'")
         self._deserializers: dict[bool, Any] = {}  # built on first use, never pickled
@@ -323,7 +143,7 @@ class DebeziumJsonRegistryDecoder(Decoder):
             return ControlEvent(decoded.kind, message, decoded.payload, decoded.metadata)
         return decoded
 
-    def _deserialize(self, message: Message, writer: _Writer) -> Any:
+    def _deserialize(self, message: Message, writer: WriterSchema) -> Any:
         from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
 
         explicit = writer is self._explicit
@@ -349,7 +169,7 @@ class DebeziumJsonRegistryDecoder(Decoder):
         client = registry_client(self.config.registry)
         return JSONDeserializer(None, schema_registry_client=client, conf=conf, json_decode=parse_json)
 
-    def _writer_for(self, schema_id: int, subject: str) -> _Writer:
+    def _writer_for(self, schema_id: int, subject: str) -> WriterSchema:
         writer = self._writers.get(schema_id)
         if writer is not None:
             return writer
@@ -369,151 +189,20 @@ class DebeziumJsonRegistryDecoder(Decoder):
         self._writers.put(schema_id, writer)
         return writer
 
-    def _writer(self, text: str, where: str) -> _Writer:
+    def _writer(self, text: str, where: str) -> WriterSchema:
         need_columns = self.config.envelope.schema is None
         try:
-            return _parse_writer(text, where, need_columns, self.config.validate)
+            return parse_writer(text, where, need_columns, self.config.validate)
         except SchemaError as error:
             if where.startswith("option"):
                 raise
             raise FieldError("", str(error)) from None
 
 
-def _json_default(value: Any) -> Any:
-    if isinstance(value, Decimal) and value.is_finite():
-        return orjson.Fragment(str(value))  # every digit, as a JSON number
-    raise TypeError(f"{type(value).__name__} is not JSON")
-
-
-def _dumps(record: Any) -> bytes:
-    return orjson.dumps(record, default=_json_default)
-
-
-class DebeziumJsonRegistryEncoder(EnvelopeEncoder):
-    """Writes ``{before, after, op}`` events in Confluent's JSON Schema wire format.
-
-    The writer schema is the ``schema`` option's, else generated from the table schema as the
-    JsonSchemaConverter writes Debezium's Connect schema. Its id is ``schema-id`` (framed here, no
-    registry), else the id ``JSONSerializer`` registers it under ``subject`` (default
-    ``<topic>-value``) on the first record. The Kafka key is the key columns as a plain JSON object
-    (as debezium-json writes it without schemas), so each key keeps to one partition.
-    """
-
-    format_name = NAME
-
-    def __init__(
-        self, config: DebeziumJsonRegistryConfig, key_columns: Sequence[str], topic_name: str = "cdcflow"
-    ) -> None:
-        schema = config.envelope.schema
-        assert schema is not None  # noqa: S101 - encoders need the row schema
-        super().__init__("op", ENCODE_OP_MAPPINGS[config.envelope.mode], key_columns)
-        self.config = config
-        self.schema = schema
-        self.topic = topic_name
-        self.subject = config.subject or f"{topic_name}-value"
-        if config.writer_schema is not None:
-            self.writer_schema = config.writer_schema
-        else:
-            self.writer_schema = json.dumps(
-                json_schema_types.from_connect(envelope_connect_schema(schema, topic_name))
-            )
-        self._header: bytes | None = None
-        self._serializer: Any = None
-        if config.schema_id is not None:
-            self._header = header_bytes(config.schema_id)
-        elif config.url is None:
-            raise FormatOptionError(
-                f"the encoder needs a schema id: set '{NAME}.url' to register the writer schema, or "
-                f"'{NAME}.schema-id' to write a known id"
-            )
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_serializer": None}  # the serializer holds a registry client
-
-    def _serialise(self, envelope: Mapping[str, Any]) -> Encoded:
-        before, after = envelope.get("before"), envelope.get("after")
-        record = {
-            "before": self._row(before) if before is not None else None,
-            "after": self._row(after) if after is not None else None,
-            "op": envelope["op"],
-        }
-        key = self._key(after if after is not None else before)
-        if self._header is not None:
-            try:
-                return Encoded(key, self._header + _dumps(record))
-            except TypeError as error:
-                raise EncodeError(f"{NAME}: cannot write {record['op']!r} event as JSON ({error})") from None
-        return Encoded(key, self._serialize(record))
-
-    def _key(self, row: Mapping[str, Any] | None) -> bytes | None:
-        if not self.key_columns or row is None:
-            return None
-        types = {f.name: f.type for f in self.schema}
-        return _dumps({c: json_schema_types.json_value(row.get(c), types[c]) for c in self.key_columns})
-
-    def _row(self, row: Mapping[str, Any]) -> dict[str, Any]:
-        return {f.name: json_schema_types.json_value(row.get(f.name), f.type) for f in self.schema}
-
-    def _serialize(self, record: dict[str, Any]) -> bytes:
-        from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
-
-        serializer = self._serializer or self._new_serializer()
-        try:
-            value = serializer(record, SerializationContext(self.topic, MessageField.VALUE))
-        except SerializationError as error:
-            raise EncodeError(
-                f"{NAME}: JSONSerializer refused the {record['op']!r} event: {excerpt(str(error), 300)}"
-            ) from None
-        except (TypeError, ValueError, orjson.JSONEncodeError) as error:
-            raise EncodeError(f"{NAME}: cannot write {record['op']!r} event as JSON ({error})") from None
-        except Exception as error:  # registry refusals and transport errors alike
-            raise FormatError(
-                f"{NAME}: cannot register the writer schema under subject '{self.subject}' at the Schema "
-                f"Registry {shown_url(self.config.registry)} ({type(error).__name__}: "
-                f"{redact(str(error), self.config.registry)}). Check '{NAME}.url', the credentials and the "
-                f"subject's compatibility, or set '{NAME}.schema-id'"
-            ) from None
-        assert value is not None  # noqa: S101 - only None serialises to None
-        return bytes(value)
-
-    def _new_serializer(self) -> Any:
-        try:
-            from confluent_kafka.schema_registry.json_schema import JSONSerializer
-        except ImportError:
-            raise MissingDependencyError("confluent-kafka[json]", "kafka") from None
-        subject = self.subject
-        conf = {
-            "auto.register.schemas": True,
-            "subject.name.strategy": lambda _context, _name: subject,
-            "validate": self.config.validate,
-        }
-        client = registry_client(self.config.registry)
-        self._serializer = JSONSerializer(self.writer_schema, client, conf=conf, json_encode=_dumps)
-        return self._serializer
-
-
-def envelope_connect_schema(schema: Schema, topic: str) -> dict[str, Any]:
-    """The Connect schema of Debezium's Envelope for a table (``before``, ``after``, ``op``)."""
-    value = {
-        "type": "struct",
-        "fields": connect.struct_schema_fields(schema),
-        "optional": True,
-        "name": f"{topic}.Value",
-    }
-    return {
-        "type": "struct",
-        "fields": [
-            {**value, "field": "before"},
-            {**value, "field": "after"},
-            {"type": "string", "optional": False, "field": "op"},
-        ],
-        "optional": False,
-        "name": f"{topic}.Envelope",
-    }
-
-
 class DebeziumJsonRegistryFormat(FormatFactory):
     name = NAME
+    spark_source = "cdc-debezium-json-registry"
+    encoder_takes_topic = True
     options = OPTIONS
     metadata_columns = METADATA
 

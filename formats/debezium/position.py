@@ -36,6 +36,12 @@ _HEX = re.compile(r"[0-9a-fA-F]+")
 _LOW, _HIGH = INTEGER_RANGES[TypeKind.BIGINT]
 #: Digits beyond which a part is out of BIGINT's range whatever they are (no quadratic int() needed).
 _MAX_DIGITS = {10: 19, 16: 16}
+#: The source fields of PostgreSQL's position.
+POSTGRES_FIELDS = ("connector", "sequence", "lsn")
+_PART = r'null|"[0-9]{1,18}"|[0-9]{1,18}'
+#: ``sequence`` as Debezium writes it, ``["<last commit lsn>","<lsn>"]``: the form the columnar path reads
+#: vectorised (as RE2 reads this pattern); other text is read as JSON.
+POSTGRES_SEQUENCE = re.compile(rf"^\[(?P<a>{_PART}),(?P<b>{_PART})\]$")
 
 
 def source_sequence(source: Mapping[str, Any]) -> list[int] | None:
@@ -107,13 +113,18 @@ def _not_a_number(field: str, value: Any) -> FieldError:
 
 
 def _postgres(source: Mapping[str, Any]) -> list[int] | None:
-    sequence = source.get("sequence")
-    if isinstance(sequence, str | list):
-        parts = orjson.loads(sequence) if isinstance(sequence, str) else sequence
-        if isinstance(parts, list) and len(parts) == 2:
-            return [part(item, "sequence") if item is not None else 0 for item in parts]
+    parts = source.get("sequence")
+    if isinstance(parts, str):
+        matched = POSTGRES_SEQUENCE.fullmatch(parts)
+        parts = [_sequence_part(text) for text in matched.groups()] if matched else orjson.loads(parts)
+    if isinstance(parts, list) and len(parts) == 2:
+        return [part(item, "sequence") if item is not None else 0 for item in parts]
     lsn = source.get("lsn")
     return [part(lsn, "lsn")] if lsn is not None else None
+
+
+def _sequence_part(text: str) -> str | None:
+    return None if text == "null" else text.strip('"')
 
 
 def _mysql(source: Mapping[str, Any]) -> list[int] | None:

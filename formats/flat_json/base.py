@@ -29,7 +29,7 @@ from cdcflow.formats.base import (
     require_schema,
 )
 from cdcflow.formats.errors import FieldError, excerpt
-from cdcflow.formats.json_decode import EPOCH_UTC, Converter, RowConverter, converter, join_path
+from cdcflow.formats.json_decode import Converter, RowConverter, converter, join_path
 from cdcflow.formats.json_encode import (
     IGNORE_NULL_FIELDS,
     IGNORE_PARSE_ERRORS,
@@ -42,6 +42,7 @@ from cdcflow.formats.json_encode import (
 )
 from cdcflow.formats.options import Option, OptionSet, boolean, optional_string, regex
 from cdcflow.formats.registry import FormatFactory
+from cdcflow.formats.temporal import EPOCH_UTC
 from cdcflow.formats.types import DataType, Schema, TypeKind
 
 #: Builds the converter of one column type; formats override a few kinds (Canal's binary text).

@@ -506,6 +506,7 @@ class CanalJsonEncoder(FlatJsonEncoder):
 
 class CanalJsonFormat(FlatJsonFormat):
     name = NAME
+    spark_source = "cdc-canal"
     options = OPTIONS
     metadata_columns = METADATA
     decoder_class = CanalJsonDecoder

@@ -142,6 +142,7 @@ class MaxwellJsonEncoder(FlatJsonEncoder):
 
 class MaxwellJsonFormat(FlatJsonFormat):
     name = NAME
+    spark_source = "cdc-maxwell"
     options = OPTIONS
     metadata_columns = METADATA
     decoder_class = MaxwellJsonDecoder

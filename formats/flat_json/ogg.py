@@ -123,6 +123,7 @@ class OggJsonEncoder(FlatJsonEncoder):
 
 class OggJsonFormat(FlatJsonFormat):
     name = NAME
+    spark_source = "cdc-ogg"
     options = OPTIONS
     metadata_columns = METADATA
     decoder_class = OggJsonDecoder

@@ -18,9 +18,9 @@ import orjson
 import pytest
 
 from cdcflow.formats import DecodeError, Message, parse_ddl, resolve_format
-from cdcflow.formats import json_decode as values_module
 from cdcflow.formats.base import Decoder
-from cdcflow.formats.json_decode import decimal_from_bytes
+from cdcflow.formats.decimals import EXACT, decimal_from_bytes
+from cdcflow.formats.errors import FieldError
 
 COLUMNS = "id INT NOT NULL, s STRING, d DECIMAL(10, 2), t TIMESTAMP, n TIMESTAMP_NTZ(3), b BIGINT, f DOUBLE"
 
@@ -171,7 +171,7 @@ def test_a_variable_scale_decimal_of_more_than_1000_digits_is_kept_exactly() -> 
     vsd_field = [{"field": "d", "type": "struct", "name": "io.debezium.data.VariableScaleDecimal"}]
     d = decoder("debezium-json", None, schema_include="true")
     out = d.decode_all([Message(orjson.dumps(schema_envelope(vsd_field, {"d": _vsd(number, 3)})))])
-    assert [c.row["d"] for c in out.changes] == [Decimal(number).scaleb(-3, values_module.EXACT)]
+    assert [c.row["d"] for c in out.changes] == [Decimal(number).scaleb(-3, EXACT)]
     assert str(out.changes[0].row["d"]) == f"{str(number)[:-3]}.{str(number)[-3:]}"
     # Into a declared STRING column: the exact digits too.
     out = decoder("debezium-json").decode_all(
@@ -204,7 +204,7 @@ def test_a_decimal_over_the_digit_limit_is_refused_by_its_length_before_decoding
 
 
 def test_decimal_bytes_over_the_limit_are_refused_unconverted() -> None:
-    with within_seconds(10), pytest.raises(values_module.FieldError, match="at most"):
+    with within_seconds(10), pytest.raises(FieldError, match="at most"):
         decimal_from_bytes(b"\x01" * 1_000_000, 0)
     assert decimal_from_bytes(b"\x01" * 4000, 0) == Decimal(int.from_bytes(b"\x01" * 4000, "big"))
 

@@ -11,197 +11,66 @@ commit (see ``control``); a column absent from the batch keeps the table's value
 
 Optional behaviours keep per-key state (a Delta table at ``state_path``, see ``key_state``):
 
-- ``sequence_by``: a change older than the key's last applied sequence is late and ignored (counted);
-  a delete leaves a tombstone for ``delete_retention`` so a late insert cannot resurrect the row; a
-  change without a sequence is a dead letter (see ``dead_letters``), or, by option, applied where it
-  arrived (counted either way);
-- upsert materialization (spec 002): the live rows per key, so retractions that arrive after their
-  additions, or a changelog keyed differently from the table, still leave the right row.
+- ``sequence_by`` (see ``sequencing``): a change older than the key's last applied sequence is late and
+  ignored (counted); a delete leaves a tombstone for ``delete_retention`` so a late insert cannot
+  resurrect the row; a change without a sequence is a dead letter (see ``dead_letters``), or, by
+  option, applied where it arrived (counted either way);
+- upsert materialization (spec 002, see ``materialization``): the live rows per key, so retractions
+  that arrive after their additions, or a changelog keyed differently from the table, still leave the
+  right row.
+
+This module orchestrates one batch; its options are in ``options``, what it did in ``result``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import enum
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import datetime
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdcflow.connectors.errors import ConnectorOptionError
-from cdcflow.connectors.lakehouse.delta import key_index, key_state, restarts, unavailable
+from cdcflow.connectors.lakehouse.delta import key_state, restarts
 from cdcflow.connectors.lakehouse.delta.backend import DELTA_RS, Every, TableBackend, TableHandle, applied
 from cdcflow.connectors.lakehouse.delta.batch import (
-    EPOCH,
     IDX,
-    ORDER,
+    INTERNAL,
     SEQ,
     ChangeBatch,
     arrival_order,
     check_update_pairs,
     last_per_key,
     prepare,
-    sequence_order,
 )
 from cdcflow.connectors.lakehouse.delta.control import (
     FLOOR,
     Floor,
-    OnTruncate,
     Truncation,
     decide,
     split_controls,
 )
 from cdcflow.connectors.lakehouse.delta.dead_letters import DeadLetterFiles, letters
+from cdcflow.connectors.lakehouse.delta.fill import fill
 from cdcflow.connectors.lakehouse.delta.key_state import (
     DELETED_AT,
     SLOT,
     STATE_RESTART,
     STATE_SEQ,
-    UPDATED_AT,
 )
+from cdcflow.connectors.lakehouse.delta.materialization import materialize
+from cdcflow.connectors.lakehouse.delta.options import ApplyOptions, Unsequenced
+from cdcflow.connectors.lakehouse.delta.result import BatchApplied
 from cdcflow.connectors.lakehouse.delta.schema import to_delta_columns
+from cdcflow.connectors.lakehouse.delta.sequencing import by_sequence, late_and_again, sequence_rows
 from cdcflow.connectors.lakehouse.delta.tables import OP
-from cdcflow.connectors.lakehouse.delta.unavailable import INTERNAL, UNAVAILABLE, Filled, Links
-from cdcflow.core import Change, RowKind
-from cdcflow.core.materialize import UpsertMaterializer
+from cdcflow.connectors.lakehouse.delta.unavailable import KEPT_COLUMNS, Filled, needs_filling, open_claims
 
 log = logging.getLogger(__name__)
 POS = "_cdcflow_pos"
-
-
-class Materialize(enum.Enum):
-    AUTO = "auto"
-    FORCE = "force"
-    NONE = "none"
-
-    @classmethod
-    def parse(cls, value: str | Materialize) -> Materialize:
-        if isinstance(value, Materialize):
-            return value
-        try:
-            return cls(value.strip().lower())
-        except ValueError:
-            raise ConnectorOptionError(
-                f"materialize must be one of auto, force, none, not {value!r}"
-            ) from None
-
-
-class Unsequenced(enum.Enum):
-    """What becomes of a change whose ``sequence_by`` value is NULL (counted either way)."""
-
-    DEAD_LETTER = "dead-letter"
-    """Not applied: a dead letter with the reason (its key's order cannot place it)."""
-    ARRIVAL = "arrival"
-    """Applied where it arrived: after its key's earlier changes in the batch, and never late."""
-
-    @classmethod
-    def parse(cls, value: str | Unsequenced) -> Unsequenced:
-        if isinstance(value, Unsequenced):
-            return value
-        try:
-            return cls(value.strip().lower())
-        except ValueError:
-            raise ConnectorOptionError(
-                f"unsequenced must be one of dead-letter, arrival, not {value!r}"
-            ) from None
-
-
-@dataclass(frozen=True)
-class ApplyOptions:
-    """How a changelog lands in its table; checked once, on the driver."""
-
-    key: tuple[str, ...]
-    sequence_by: str | None = None
-    materialize: Materialize = Materialize.AUTO
-    upsert_key: tuple[str, ...] | None = None
-    """The changelog's upsert key (its rows are ordered per this key); None when unknown."""
-    row_kind_column: str = "_row_kind"
-    exclude: tuple[str, ...] = ()
-    """Columns of the changelog kept out of the table (ordering helpers, metadata)."""
-    delete_retention: timedelta = timedelta(days=7)
-    state_ttl: timedelta | None = None
-    restart_by: str | None = None
-    """A column rising across restarts of the sequence's log position (the commit timestamp): a change
-    with a lower sequence but a newer ``restart_by`` than its key's last change is applied, not late."""
-    unavailable_column: str | None = None
-    """A ``list<string>`` column naming the columns a change has no value for (unchanged TOAST)."""
-    old_key_column: str | None = None
-    """JSON of the old key on the create of a primary-key change: its unavailable columns take that
-    key's values."""
-    new_key_column: str | None = None
-    """JSON of the new key on the delete of a primary-key change: the old row is kept for the create."""
-    control_column: str | None = None
-    """Set on control events (``truncate``, ``message``, ...): such rows are not changes."""
-    on_truncate: OnTruncate = OnTruncate.APPLY
-    unsequenced: Unsequenced = Unsequenced.DEAD_LETTER
-    """With ``sequence_by``: what becomes of a change whose sequence is NULL."""
-
-    def __post_init__(self) -> None:
-        if not self.key:
-            raise ConnectorOptionError("key: name the table's primary key columns, e.g. key=['id']")
-        clash = set(self.key) & set(self.exclude)
-        if clash:
-            raise ConnectorOptionError(f"key columns cannot be excluded from the table: {sorted(clash)}")
-        if self.delete_retention <= timedelta(0):
-            raise ConnectorOptionError("delete_retention must be positive")
-        aside = set(self.key) & {*self.links.columns, self.control_column}
-        if aside:
-            raise ConnectorOptionError(
-                f"key columns cannot be the unavailable, old/new key or control columns: {sorted(aside)}"
-            )
-        if self.restart_by is not None and self.sequence_by in (None, self.restart_by):
-            raise ConnectorOptionError(
-                "restart_by tells a restarted sequence from a late change: give it with sequence_by, "
-                "naming another column (e.g. sequence_by='source_sequence', restart_by='source_timestamp')"
-            )
-
-    @property
-    def materializes(self) -> bool:
-        if self.materialize is Materialize.AUTO:
-            return self.upsert_key is None or set(self.upsert_key) != set(self.key)
-        return self.materialize is Materialize.FORCE
-
-    @property
-    def links(self) -> Links:
-        return Links(self.unavailable_column, self.old_key_column, self.new_key_column)
-
-    @property
-    def stateful(self) -> bool:
-        return (
-            self.materializes
-            or self.sequence_by is not None
-            or self.old_key_column is not None
-            or self.new_key_column is not None
-        )
-
-
-@dataclass
-class BatchApplied:
-    """What one batch did to the table."""
-
-    batch_id: int
-    skipped: bool = False
-    changes: int = 0
-    upserts: int = 0
-    deletes: int = 0
-    late: int = 0
-    restarts: int = 0
-    unmatched_retractions: int = 0
-    unavailable_unfilled: int = 0
-    """Changes that landed with an unavailable column NULL: no earlier value of their key anywhere."""
-    truncates: int = 0
-    control_events: int = 0
-    """Control events other than TRUNCATE (messages, schema changes), skipped."""
-    unsequenced: int = 0
-    """Changes whose ``sequence_by`` value is NULL: dead letters, or applied in arrival order."""
-    table_version: int | None = None
-    seconds: float = 0.0
 
 
 class DeltaChangeApplier:
@@ -264,24 +133,30 @@ class DeltaChangeApplier:
             result.skipped = True
             return result
         options = self.options
+        key = options.key
         now = key_state.utc_now(self.clock())
         batch, truncation, floor_late = self._changes(table, batch_id, state, now, result)
         # The state rows of the batch's keys, read once (a truncate empties the keys claims wait for).
         known = self._state_rows(state, batch.data, now) if state is not None else None
-        claims = unavailable.open_claims(known) if truncation is None else None
-        filling = unavailable.needs_filling(batch, options.links, options.key, claims) is not None
+        sequences = sequence_rows(known, key)
+        claims = open_claims(known) if truncation is None else None
+        filling = needs_filling(batch, options.links, key, claims) is not None
         # A replay whose target commit landed reads the target as the first run did: before that commit.
         reads = target
         if target_done and target is not None and filling:
             reads = target.before(self.app_id, batch_id)
+        # The restarts of the keys' log positions order the fill and then last-wins: computed once (the
+        # fill changes no key, sequence or restart value).
+        epochs: restarts.Epochs | None = None
         late, again, epoch = (None, None, None)
         if filling and options.sequence_by:
-            late, again, epoch = self._late(batch, known)
-        filled = unavailable.fill(
+            epochs = restarts.epochs(batch, key, sequences)
+            late, again, epoch = late_and_again(batch, sequences, epochs, key)
+        filled = fill(
             batch,
-            options.key,
+            key,
             options.links,
-            lambda keys: reads.rows_of_keys(options.key, keys) if reads is not None else None,
+            lambda keys: reads.rows_of_keys(key, keys) if reads is not None else None,
             lambda keys: self._state_rows(state, keys, now),
             now,
             claims=claims,
@@ -294,20 +169,24 @@ class DeltaChangeApplier:
         if options.materializes:
             # After a truncate no row is live: the state's rows of the batch's keys are not used.
             live = None if truncation is not None else known
-            winners, state_rows = self._materialize(batch, live, now, result)
+            if epochs is None or truncation is not None:
+                epochs = restarts.epochs(batch, key, sequence_rows(live, key))
+            winners, state_rows = materialize(batch, live, epochs, options, now, result)
         elif options.sequence_by is not None:
-            check_update_pairs(batch, options.key)
-            winners, state_rows = self._sequence(batch, known, now, result)
+            check_update_pairs(batch, key)
+            if epochs is None:
+                epochs = restarts.epochs(batch, key, sequences)
+            winners, state_rows = by_sequence(batch, sequences, epochs, options, now, result)
         else:
-            check_update_pairs(batch, options.key)
-            winners, state_rows = last_per_key(batch, options.key), None
+            check_update_pairs(batch, key)
+            winners, state_rows = last_per_key(batch, key), None
         result.late += floor_late
         ops = np.asarray(winners.column(OP).to_numpy(zero_copy_only=False), dtype=object)
         result.upserts, result.deletes = int((ops == "U").sum()), int((ops == "D").sum())
         marks = self._unavailable_marks(batch, winners, filled)
         if not target_done:
             result.unavailable_unfilled = self._report_unfilled(batch, winners, filled, marks, target)
-            winners, marks = _with_patches(winners, marks, filled.patches, list(options.key))
+            winners, marks = _with_patches(winners, marks, filled.patches, list(key))
             if winners.num_rows or (truncation is not None and target is not None):
                 kept = self._kept_after(state, truncation, winners)
                 result.table_version = self._merge(target, winners, batch_id, marks, truncation, kept)
@@ -440,27 +319,6 @@ class DeltaChangeApplier:
             truncated=truncation is not None,
         )
 
-    def _late(
-        self, batch: ChangeBatch, known: pa.Table | None
-    ) -> tuple[np.ndarray | None, np.ndarray | None, np.ndarray | None]:
-        """Which changes are late (older than their key's applied sequence), which are at it, and the
-        keys' epochs."""
-        sequences = None
-        if known is not None:
-            sequences = known.filter(pc.equal(known.column(SLOT), -1)).select(
-                [*self.options.key, STATE_SEQ, STATE_RESTART]
-            )
-        epochs = restarts.epochs(batch, self.options.key, sequences)
-        if sequences is None:
-            return None, None, (epochs.epoch if epochs.any() else None)
-        late = self._late_mask(batch, sequences, epochs)
-        again = self._late_mask(batch, sequences, epochs, again=True) & ~late
-        return (
-            late if late.any() else None,
-            again if again.any() else None,
-            epochs.epoch if epochs.any() else None,
-        )
-
     def _state_rows(self, state: TableHandle | None, keys: pa.Table, now: datetime) -> pa.Table | None:
         options = self.options
         if not self.state_path:
@@ -536,7 +394,7 @@ class DeltaChangeApplier:
             target = self.backend.create(self.target, data.schema, key)
         source = data.append_column(OP, winners.column(OP))
         if marks is not None:
-            source = source.append_column(UNAVAILABLE, marks)
+            source = source.append_column(KEPT_COLUMNS, marks)
         if kept is not None and kept.num_rows:  # named by the source (so not truncated), not written
             marked = kept.append_column(OP, pa.repeat(pa.scalar("K", pa.string()), kept.num_rows))
             source = pa.concat_tables([source, marked], promote_options="permissive")
@@ -546,251 +404,8 @@ class DeltaChangeApplier:
             self.app_id,
             batch_id,
             delete_unmatched=[Every()] if truncation is not None else (),
-            unavailable=UNAVAILABLE if marks is not None else None,
+            unavailable=KEPT_COLUMNS if marks is not None else None,
         )
-
-    def _sequence(
-        self, batch: ChangeBatch, known: pa.Table | None, now: datetime, result: BatchApplied
-    ) -> tuple[pa.Table, pa.Table]:
-        """The batch's winners by sequence, given ``known`` (the state rows of its keys)."""
-        options = self.options
-        key = list(options.key)
-        if known is not None:
-            known = known.filter(pc.equal(known.column(SLOT), -1)).select([*key, STATE_SEQ, STATE_RESTART])
-        epochs = self._epochs(batch, known, result)
-        winners = last_per_key(
-            dataclasses.replace(batch, data=batch.data.append_column(EPOCH, pa.array(epochs.epoch)))
-            if epochs.any()
-            else batch,
-            key,
-        )
-        restarted = pa.array(epochs.epoch[np.asarray(winners.column(IDX), dtype=np.int64)] > 0)
-        winners = winners.drop_columns([c for c in (EPOCH,) if c in winners.schema.names])
-        restart = self._restart_values(batch, winners)
-        # A winner without a sequence (unsequenced='arrival') keeps the highest its key reached.
-        inherited = winners.column(ORDER) if ORDER in winners.schema.names else None
-        if known is not None and known.num_rows:
-            at = key_index.positions_in(winners, known, key)
-            known_seq = key_index.take_or_null(known.column(STATE_SEQ), at)
-            late = pc.and_(pc.fill_null(pc.less(winners.column(SEQ), known_seq), False), pc.invert(restarted))
-            result.late = self._count_late(batch, known, epochs)
-            if result.late:
-                log.warning(
-                    "batch %d: %d late changes ignored (older than the key's sequence)",
-                    batch.batch_id,
-                    result.late,
-                )
-            sequenced = pc.is_valid(winners.column(SEQ))
-            known_restart = key_index.take_or_null(known.column(STATE_RESTART).cast(pa.large_binary()), at)
-            restart = pc.if_else(sequenced, restart, known_restart)
-            merged = pc.coalesce(winners.column(SEQ), _highest(inherited, known_seq))
-            winners = winners.set_column(winners.schema.get_field_index(SEQ), SEQ, merged)
-            winners, restart = winners.filter(pc.invert(late)), restart.filter(pc.invert(late))
-        elif inherited is not None:
-            merged = pc.coalesce(winners.column(SEQ), inherited)
-            winners = winners.set_column(winners.schema.get_field_index(SEQ), SEQ, merged)
-        deleted = pc.equal(winners.column(OP), "D")
-        restart_state = {STATE_RESTART: restart} if options.restart_by else {}
-        state_rows = pa.table(
-            {
-                **{name: winners.column(name) for name in key},
-                SLOT: pa.array(np.full(winners.num_rows, -1, dtype=np.int32)),
-                STATE_SEQ: winners.column(SEQ),
-                **restart_state,
-                DELETED_AT: pc.if_else(deleted, key_state.stamp(now), pa.scalar(None, key_state.TIMESTAMP)),
-                UPDATED_AT: pa.repeat(pa.scalar(now, key_state.TIMESTAMP), winners.num_rows),
-                OP: pa.repeat(pa.scalar("U", pa.string()), winners.num_rows),
-            }
-        )
-        return winners, state_rows
-
-    def _count_late(self, batch: ChangeBatch, known: pa.Table, epochs: restarts.Epochs) -> int:
-        return int(self._late_mask(batch, known, epochs).sum())
-
-    def _late_mask(
-        self, batch: ChangeBatch, known: pa.Table, epochs: restarts.Epochs, *, again: bool = False
-    ) -> np.ndarray:
-        """Changes older than their key's known sequence (``again``: or at it), before any restart of the
-        key's position."""
-        at = key_index.positions_in(batch.data, known, self.options.key)
-        known_seq = key_index.take_or_null(known.column(STATE_SEQ), at)
-        compare = pc.less_equal if again else pc.less
-        older = compare(batch.data.column(SEQ).combine_chunks(), known_seq)
-        late: np.ndarray = np.asarray(pc.fill_null(older, False), dtype=bool) & (epochs.epoch == 0)
-        return late
-
-    def _epochs(self, batch: ChangeBatch, known: pa.Table | None, result: BatchApplied) -> restarts.Epochs:
-        """The restarts of each key's log position in ``batch`` (counted and logged in ``result``)."""
-        epochs = restarts.epochs(batch, self.options.key, known)
-        result.restarts = len(epochs.restarts)
-        if epochs.restarts:
-            key = self.options.key
-            shown = [
-                f"{batch.where(at)} (key {', '.join(str(batch.data.column(c)[at].as_py()) for c in key)})"
-                for at in epochs.restarts[:5]
-            ]
-            log.warning(
-                "batch %d: %d change(s) have a lower %s than their key's last change but a newer %s: the "
-                "source's log position restarted (failover, RESET MASTER, new cluster); applied as newer: "
-                "%s%s",
-                batch.batch_id,
-                len(epochs.restarts),
-                self.options.sequence_by,
-                self.options.restart_by,
-                "; ".join(shown),
-                ", ..." if len(epochs.restarts) > len(shown) else "",
-            )
-        return epochs
-
-    @staticmethod
-    def _restart_values(batch: ChangeBatch, rows: pa.Table) -> pa.Array:
-        if batch.restart is None:
-            return pa.nulls(rows.num_rows, pa.large_binary())
-        return batch.restart.take(rows.column(IDX).combine_chunks())
-
-    def _materialize(
-        self, batch: ChangeBatch, known: pa.Table | None, now: datetime, result: BatchApplied
-    ) -> tuple[pa.Table, pa.Table]:
-        """The batch's live rows per key, given ``known`` (the state rows of its keys)."""
-        options = self.options
-        key = list(options.key)
-        data_columns = [n for n in batch.data.schema.names if n not in (IDX, SEQ, ORDER)]
-        if known is not None:  # primary-key carries (slots below -1) are not live rows
-            known = known.filter(pc.greater_equal(known.column(SLOT), -1))
-        live: dict[tuple[Any, ...], list[tuple[int, dict[str, Any]]]] = {}
-        sequences: dict[tuple[Any, ...], bytes | None] = {}
-        restart_values: dict[tuple[Any, ...], bytes | None] = {}
-        slots_before: dict[tuple[Any, ...], set[int]] = {}
-        for row in known.to_pylist() if known is not None else []:
-            k = tuple(row[c] for c in key)
-            slots_before.setdefault(k, set()).add(row[SLOT])
-            if row[SLOT] == -1:
-                sequences[k] = row[STATE_SEQ]
-                restart_values[k] = row.get(STATE_RESTART)
-            else:
-                live.setdefault(k, []).append((row[SLOT], {c: row.get(c) for c in data_columns}))
-        ordered = {k: [r for _, r in sorted(slots, key=lambda p: p[0])] for k, slots in live.items()}
-        materializer = UpsertMaterializer(
-            options.upsert_key or None,
-            compare_columns=[c for c in data_columns if c not in batch.event_columns],
-            on_unmatched=lambda change: log.warning(
-                "batch %d: retraction %s matched no live row of its key (its values differ from the row "
-                "added, or the state expired, or it was never added): it retracts the key's oldest live "
-                "row, or deletes the key's row when none is live",
-                batch.batch_id,
-                change,
-            ),
-            retract_unmatched=True,
-        )
-        order = np.arange(batch.num_rows)
-        epochs = self._epochs(
-            batch, known.filter(pc.equal(known.column(SLOT), -1)) if known is not None else None, result
-        )
-        if SEQ in batch.data.schema.names:
-            order = np.asarray(
-                sequence_order(batch.data.append_column(EPOCH, pa.array(epochs.epoch)))
-                if epochs.any()
-                else sequence_order(batch.data)
-            )
-        rows = batch.data.to_pylist()
-        restart_of = batch.restart.to_pylist() if batch.restart is not None else [None] * batch.num_rows
-        epoch_seen: dict[tuple[Any, ...], int] = {}
-        outcome: dict[tuple[Any, ...], tuple[str, dict[str, Any]]] = {}
-        touched: dict[tuple[Any, ...], None] = {}
-        for index in order:
-            row = rows[index]
-            k = tuple(row[c] for c in key)
-            seq = row.get(SEQ)
-            if epochs.epoch[index] > epoch_seen.get(k, 0):
-                # The key's log position restarted: this epoch's sequences start afresh.
-                epoch_seen[k], sequences[k] = int(epochs.epoch[index]), None
-            if seq is not None and sequences.get(k) is not None and seq < sequences[k]:
-                result.late += 1
-                continue
-            if seq is not None:
-                sequences[k], restart_values[k] = seq, restart_of[index]
-            touched[k] = None
-            change = Change(RowKind.from_short_string(batch.kinds[index]), {c: row[c] for c in data_columns})
-            ordered[k], emitted = materializer.apply(ordered.get(k, []), change)
-            if emitted is not None:
-                outcome[k] = (
-                    "D" if emitted.kind is RowKind.DELETE else "U",
-                    {**emitted.row, IDX: int(index), SEQ: seq},
-                )
-        result.unmatched_retractions = materializer.unmatched
-        schema = batch.data.schema
-        winners = pa.Table.from_pylist(
-            [{**row, OP: op} for op, row in outcome.values()],
-            schema=schema.append(pa.field(OP, pa.string())),
-        ).take(
-            pa.array(np.argsort([row[IDX] for _, row in outcome.values()], kind="stable").astype(np.int64))
-        )
-        state_rows = self._materialized_state(
-            touched, ordered, sequences, slots_before, schema, data_columns, now, restart_values
-        )
-        return winners, state_rows
-
-    def _materialized_state(
-        self,
-        touched: dict[tuple[Any, ...], None],
-        ordered: dict[tuple[Any, ...], list[dict[str, Any]]],
-        sequences: dict[tuple[Any, ...], bytes | None],
-        slots_before: dict[tuple[Any, ...], set[int]],
-        schema: pa.Schema,
-        data_columns: list[str],
-        now: datetime,
-        restart_values: dict[tuple[Any, ...], bytes | None],
-    ) -> pa.Table:
-        key = list(self.options.key)
-        restart_by = self.options.restart_by is not None
-        out: list[dict[str, Any]] = []
-        for k in touched:
-            rows = ordered.get(k, [])
-            marker = dict(zip(key, k, strict=True))
-            kept: set[int] = set()
-            for slot, row in enumerate(rows):
-                out.append(
-                    {
-                        **row,
-                        SLOT: slot,
-                        STATE_SEQ: sequences.get(k),
-                        STATE_RESTART: restart_values.get(k),
-                        DELETED_AT: None,
-                        UPDATED_AT: now,
-                        OP: "U",
-                    }
-                )
-                kept.add(slot)
-            # Slot -1 remembers the key's sequence, and its deletion (a tombstone) when no row is live.
-            if (rows and sequences.get(k) is not None) or (not rows and self.options.sequence_by is not None):
-                tombstone = now if not rows else None
-                out.append(
-                    {
-                        **marker,
-                        SLOT: -1,
-                        STATE_SEQ: sequences.get(k),
-                        STATE_RESTART: restart_values.get(k),
-                        DELETED_AT: tombstone,
-                        UPDATED_AT: now,
-                        OP: "U",
-                    }
-                )
-                kept.add(-1)
-            for gone in slots_before.get(k, set()) - kept:
-                out.append({**marker, SLOT: gone, OP: "D"})
-        fields = [schema.field(c) for c in data_columns]
-        state_schema = pa.schema(
-            [
-                *(f.with_nullable(f.name not in key) for f in fields),
-                pa.field(SLOT, pa.int32(), nullable=False),
-                pa.field(STATE_SEQ, pa.large_binary()),
-                *([pa.field(STATE_RESTART, pa.large_binary())] if restart_by else []),
-                pa.field(DELETED_AT, key_state.TIMESTAMP),
-                pa.field(UPDATED_AT, key_state.TIMESTAMP),
-                pa.field(OP, pa.string()),
-            ]
-        )
-        return pa.Table.from_pylist(out, schema=state_schema)
 
 
 def _with_patches(
@@ -802,19 +417,10 @@ def _with_patches(
     patches = patches.filter(pc.invert(_row_in(patches, winners, key)))
     if not patches.num_rows:
         return winners, marks
-    more = patches.column(UNAVAILABLE).combine_chunks()
+    more = patches.column(KEPT_COLUMNS).combine_chunks()
     marks = pa.concat_arrays([marks if marks is not None else pa.nulls(winners.num_rows, more.type), more])
-    rows = pa.concat_tables([winners, patches.drop_columns([UNAVAILABLE])], promote_options="default")
+    rows = pa.concat_tables([winners, patches.drop_columns([KEPT_COLUMNS])], promote_options="default")
     return rows, marks
-
-
-def _highest(values: pa.ChunkedArray | None, others: pa.Array) -> pa.Array:
-    """Per row, the higher of two sequences, either of which may be null (``values`` None: all null)."""
-    if values is None:
-        return others
-    values = values.combine_chunks()
-    pick = pc.fill_null(pc.greater(others, values), False)
-    return pc.coalesce(pc.if_else(pick, others, values), others)
 
 
 def _combine(rows: pa.Table | None, more: pa.Table | None) -> pa.Table | None:

@@ -17,11 +17,13 @@ from cdcflow.connectors.lakehouse.delta.tables import OP
 from cdcflow.formats.base import METADATA_MARK
 
 ROW_KINDS = ("+I", "-U", "+U", "-D")
+INTERNAL = "_cdcflow_"
+"""The prefix of the columns the applier adds to a batch (never written to the table)."""
 IDX, SEQ = "_cdcflow_idx", "_cdcflow_seq"
 EPOCH = "_cdcflow_epoch"
+"""Optional: how many restarts of the log position precede a change of its key (see ``sequence_order``)."""
 ORDER = "_cdcflow_order"
 """Optional: the sequence a change sorts by when it has none of its own (see ``arrival_order``)."""
-"""Optional: how many restarts of the log position precede a change of its key (see ``sequence_order``)."""
 _COORDINATES = (("topic", "partition", "offset"), ("file", "line"))
 _SPARK_FIELD_METADATA = b"SPARK::metadata::json"
 """Where pyspark's ``toArrow`` keeps a Spark field's metadata (JSON) in the Arrow field's metadata."""

@@ -19,9 +19,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from cdcflow.connectors.lakehouse.delta.batch import ChangeBatch
+from cdcflow.connectors.lakehouse.delta.batch import INTERNAL, ChangeBatch
 from cdcflow.connectors.lakehouse.delta.storage import LOCAL, Storage, join
-from cdcflow.connectors.lakehouse.delta.unavailable import INTERNAL
 
 DEAD_LETTER_DIR = "cdcflow-dead-letters"
 _PREFIX, _SUFFIX = "batch-", ".jsonl"

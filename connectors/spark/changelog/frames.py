@@ -47,6 +47,7 @@ from pyspark.sql import types as st
 
 from cdcflow.connectors.errors import ConnectorOptionError
 from cdcflow.connectors.spark.arrow_types import arrow_schema
+from cdcflow.connectors.spark.changelog.conversion import Conversion, FromRows, ToRows
 from cdcflow.connectors.spark.changelog.exprs import (
     column,
     from_changelog_exprs,
@@ -59,14 +60,8 @@ from cdcflow.connectors.spark.changelog.layout import (
     sequence_columns,
     to_layout,
 )
-from cdcflow.connectors.spark.changelog.state import (
-    ChangelogProcessor,
-    Conversion,
-    FromRows,
-    StreamPlan,
-    ToRows,
-    partition_function,
-)
+from cdcflow.connectors.spark.changelog.partitions import partition_function
+from cdcflow.connectors.spark.changelog.processor import ChangelogProcessor, StreamPlan
 from cdcflow.connectors.spark.session import default_shuffle_partitions, require_stateful_setup
 from cdcflow.core.params import (
     Columns,

@@ -41,10 +41,10 @@ from pyspark.sql.udtf import (
 )
 
 from cdcflow.connectors.errors import ConnectorOptionError
+from cdcflow.connectors.spark.changelog.conversion import Conversion, FromRows, ToRows
 from cdcflow.connectors.spark.changelog.exprs import image_sources
 from cdcflow.connectors.spark.changelog.frames import ROW_KIND_COLUMN
 from cdcflow.connectors.spark.changelog.layout import FrameLayout, from_layout, sequence_columns, to_layout
-from cdcflow.connectors.spark.changelog.state import Conversion, FromRows, ToRows
 from cdcflow.core.errors import CdcflowError
 from cdcflow.core.params import (
     FROM_CHANGELOG_ARGUMENTS,

@@ -17,13 +17,9 @@ from state_crash import crash_before_next_state_commit
 from test_spec_002_materialize import ARRIVALS, R20
 
 from cdcflow.connectors.errors import ChangelogConsistencyError, DeltaSchemaError
-from cdcflow.connectors.lakehouse.delta.apply import (
-    ApplyOptions,
-    DeltaChangeApplier,
-    Materialize,
-    Unsequenced,
-)
+from cdcflow.connectors.lakehouse.delta.apply import DeltaChangeApplier
 from cdcflow.connectors.lakehouse.delta.dead_letters import DeadLetterFiles
+from cdcflow.connectors.lakehouse.delta.options import ApplyOptions, Materialize, Unsequenced
 from cdcflow.core import Change
 
 ROW_KIND = "_row_kind"

@@ -17,7 +17,8 @@ from deltalake import DeltaTable
 from state_crash import crash_before_next_state_commit
 from test_apply import KEY, ROW_KIND, rows
 
-from cdcflow.connectors.lakehouse.delta.apply import ApplyOptions, DeltaChangeApplier, Materialize
+from cdcflow.connectors.lakehouse.delta.apply import DeltaChangeApplier
+from cdcflow.connectors.lakehouse.delta.options import ApplyOptions, Materialize
 
 UNAVAILABLE, OLD_KEY, NEW_KEY = "unavailable_columns", "old_key", "new_key"
 SCHEMA = pa.schema(

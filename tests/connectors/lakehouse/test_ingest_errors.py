@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -41,7 +42,7 @@ def test_a_null_key_names_the_file_and_line_and_the_table_keeps_no_origin_column
 
     # Without the bad change the table is written without the columns the job added to say where.
     recorded.write_text(recorded.read_text(encoding="utf-8").rsplit("\n", 2)[0] + "\n", encoding="utf-8")
-    fresh = IngestConfig(**{**config.__dict__, "checkpoint": str(tmp_path / "checkpoint2")})
+    fresh = dataclasses.replace(config, checkpoint=str(tmp_path / "checkpoint2"))
     ingest(fresh, spark)
     assert [f.name for f in DeltaTable(fresh.target).schema().fields] == ["id", "name"]
 

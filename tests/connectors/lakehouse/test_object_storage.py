@@ -24,8 +24,9 @@ from s3_server import SECRET_KEY, Bucket, S3Server
 from cdcflow.connectors.errors import CheckpointInUseError, ConnectorOptionError, SparkSetupError
 from cdcflow.connectors.lakehouse.checkpoint_lease import LEASE_DIR, CheckpointLease
 from cdcflow.connectors.lakehouse.delta import app_identity
-from cdcflow.connectors.lakehouse.delta.apply import ApplyOptions, DeltaChangeApplier, Materialize
+from cdcflow.connectors.lakehouse.delta.apply import DeltaChangeApplier
 from cdcflow.connectors.lakehouse.delta.backend import DeltaRsBackend
+from cdcflow.connectors.lakehouse.delta.options import ApplyOptions, Materialize
 from cdcflow.connectors.lakehouse.delta.storage import Storage
 from cdcflow.connectors.lakehouse.delta.tables import read_table
 from cdcflow.connectors.lakehouse.ingest import IngestConfig

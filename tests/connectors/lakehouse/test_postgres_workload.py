@@ -46,7 +46,7 @@ from pyspark.sql.streaming.listener import (
     StreamingQueryListener,
 )
 
-from cdcflow.connectors.lakehouse.delta.apply import BatchApplied
+from cdcflow.connectors.lakehouse.delta.result import BatchApplied
 from cdcflow.connectors.lakehouse.ingest import IngestConfig, ingest
 
 if TYPE_CHECKING:

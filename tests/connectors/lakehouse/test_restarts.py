@@ -12,13 +12,10 @@ import pytest
 from deltalake import DeltaTable
 
 from cdcflow.connectors.errors import ConnectorOptionError
-from cdcflow.connectors.lakehouse.delta.apply import (
-    ApplyOptions,
-    BatchApplied,
-    DeltaChangeApplier,
-    Materialize,
-)
+from cdcflow.connectors.lakehouse.delta.apply import DeltaChangeApplier
 from cdcflow.connectors.lakehouse.delta.key_state import STATE_RESTART
+from cdcflow.connectors.lakehouse.delta.options import ApplyOptions, Materialize
+from cdcflow.connectors.lakehouse.delta.result import BatchApplied
 
 ROW_KIND = "_row_kind"
 SCHEMA = pa.schema(

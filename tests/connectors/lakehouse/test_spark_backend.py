@@ -18,8 +18,9 @@ from pyspark.sql import SparkSession
 from state_crash import crash_before_next_state_commit
 
 from cdcflow.connectors.errors import ConnectorOptionError, SparkSetupError
-from cdcflow.connectors.lakehouse.delta.apply import ApplyOptions, DeltaChangeApplier
+from cdcflow.connectors.lakehouse.delta.apply import DeltaChangeApplier
 from cdcflow.connectors.lakehouse.delta.backend import DELTA_RS, TableBackend
+from cdcflow.connectors.lakehouse.delta.options import ApplyOptions
 from cdcflow.connectors.lakehouse.ingest import IngestConfig
 from cdcflow.connectors.lakehouse.spark_backend import SparkDeltaBackend, delta_jars
 
