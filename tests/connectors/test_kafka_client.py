@@ -177,6 +177,24 @@ def test_secrets_stay_out_of_client_setting_errors_and_librdkafka_logs(
     assert secret not in caplog.text
 
 
+def test_a_repeated_librdkafka_line_is_logged_once_also_with_its_suppressed_count(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(kafka_reader._OnceLogger, "last_logged", {})
+    once = kafka_reader._OnceLogger(parse(subscribe="a").client.redacting(logging.getLogger("cdcflow.test")))
+    refused = (
+        "127.0.0.1:1/bootstrap: Connect to ipv4#127.0.0.1:1 failed: Connection refused "
+        "(after {}ms in state CONNECT{})"
+    )
+    with caplog.at_level(logging.WARNING, logger="cdcflow.test"):
+        once.log(logging.WARNING, refused.format(0, ""))
+        once.log(logging.WARNING, refused.format(1, ", 3 identical error(s) suppressed"))
+        once.log(logging.WARNING, refused.format(2, ", 12 identical error(s) suppressed"))
+        once.log(logging.WARNING, "127.0.0.1:1/bootstrap: Disconnected")
+    assert caplog.text.count("Connection refused") == 1, caplog.text
+    assert caplog.text.count("Disconnected") == 1
+
+
 def test_an_unknown_client_setting_is_refused_with_librdkafkas_reason() -> None:
     with pytest.raises(ConnectorOptionError) as error:
         kafka_admin.offset_bounds(
