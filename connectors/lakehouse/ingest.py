@@ -621,16 +621,25 @@ def _follow(query: StreamingQuery, gate: _BatchGate, out: TextIO, counts: Counts
         return True
     query.awaitTermination()
     gate.sink.drain()  # the last batch's line too
-    _show_progress(query, gate, out, counts, shown)
+    _show_progress(query, gate, out, counts, shown, final=True)
     return False
 
 
 def _show_progress(
-    query: StreamingQuery, gate: _BatchGate, out: TextIO, counts: CountsSince | None, shown: int
+    query: StreamingQuery,
+    gate: _BatchGate,
+    out: TextIO,
+    counts: CountsSince | None,
+    shown: int,
+    final: bool = False,
 ) -> int:
-    """The progress line, when batches were applied since the ``shown`` one; returns the batches shown."""
+    """The progress line, when batches were applied since the ``shown`` one; returns the batches shown.
+    The sink reports a batch before Spark's progress does: until the query's progress covers it (or the
+    query ended) the line waits, so that it carries the lag after that batch."""
     progress = gate.sink.progress
     if progress.batches == shown:
+        return shown
+    if not final and progress.last is not None and _reported_batch(query) < progress.last.batch_id:
         return shown
     since = None if gate.first_started is None else time.monotonic() - gate.first_started
     committed = counts.committed() if counts is not None else None
@@ -654,6 +663,12 @@ def progress_line(
     if lag is not None:
         shown.append(f"lag: {lag}")
     return "cdcflow ingest: " + ", ".join(shown)
+
+
+def _reported_batch(query: StreamingQuery) -> int:
+    last = query.lastProgress
+    batch = last.get("batchId") if last else None
+    return batch if isinstance(batch, int) else -1
 
 
 def _lag(last: Mapping[str, Any] | None) -> str | None:
