@@ -188,12 +188,12 @@ def run_ingest(path: Path, changes: int, keys: int, batch: int, work: Path) -> R
         spark.stop()
     note = (
         f"latencies are the sink's apply; {summary.seconds / summary.batches * 1000:.0f} ms per batch on "
-        f"average end to end; {summary.progress.apply_seconds:.1f} s of {summary.seconds:.1f} s applying"
+        f"average end to end; {summary.progress.totals.seconds:.1f} s of {summary.seconds:.1f} s applying"
     )
     return Result(
         "ingest (Spark)",
         changes,
-        summary.progress.changes,
+        summary.progress.totals.changes,
         summary.batches,
         summary.seconds,
         latencies,

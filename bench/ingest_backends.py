@@ -85,7 +85,7 @@ def run(
     with open(os.devnull, "w") as quiet:
         summary = ingest(config, spark=spark, out=quiet)
     seconds = time.perf_counter() - started
-    return seconds, summary.progress.changes, summary.batches, summary.progress.apply_seconds
+    return seconds, summary.progress.totals.changes, summary.batches, summary.progress.totals.seconds
 
 
 def main(argv: list[str]) -> int:

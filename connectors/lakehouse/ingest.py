@@ -219,9 +219,9 @@ class IngestSummary:
         """One line, non-zero counts only: ``done: ...``, or ``interrupted (Ctrl-C): ... committed``."""
         p = self.progress
         seconds = self.seconds if self.batch_seconds is None else self.batch_seconds
-        rate = f" ({p.changes / seconds:,.0f}/s)" if seconds > 0 and p.changes else ""
+        rate = f" ({p.totals.changes / seconds:,.0f}/s)" if seconds > 0 and p.totals.changes else ""
         applied = _counted(_applied_counts(p))
-        work = f"{_plural(self.batches, 'batch', 'batches')}, {p.changes:,} changes{rate}" + (
+        work = f"{_plural(self.batches, 'batch', 'batches')}, {p.totals.changes:,} changes{rate}" + (
             f": {applied}" if applied else ""
         )
         table = f"table version {self.table_version}, {self.table_rows or 0:,} rows"
@@ -248,16 +248,17 @@ def _counted(counts: list[tuple[int, str]]) -> str:
 
 
 def _applied_counts(p: SinkProgress) -> list[tuple[int, str]]:
+    t = p.totals
     return [
-        (p.upserts, "upserted"),
-        (p.deletes, "deleted"),
-        (p.late, "late"),
-        (p.restarts, "restarted positions"),
-        (p.unmatched_retractions, "unmatched retractions"),
-        (p.unsequenced, "without a sequence"),
-        (p.truncates, "truncate(s)"),
-        (p.control_events, "other control event(s) skipped"),
-        (p.unavailable_unfilled, "unavailable value(s) left NULL"),
+        (t.upserts, "upserted"),
+        (t.deletes, "deleted"),
+        (t.late, "late"),
+        (t.restarts, "restarted positions"),
+        (t.unmatched_retractions, "unmatched retractions"),
+        (t.unsequenced, "without a sequence"),
+        (t.truncates, "truncate(s)"),
+        (t.control_events, "other control event(s) skipped"),
+        (t.unavailable_unfilled, "unavailable value(s) left NULL"),
         (p.skipped, "replayed batch(es) skipped"),
     ]
 
@@ -653,8 +654,12 @@ def progress_line(
 ) -> str:
     """``batches: 3, changes: 1,200 (400 changes/s), upserted: 1,000, ...``: non-zero counts only, the
     rate over ``seconds`` (since the first batch started), ``messages`` those of committed batches."""
-    rate = f" ({progress.changes / seconds:,.0f} changes/s)" if seconds and progress.changes else ""
-    counts = [(progress.batches, "batches"), (progress.changes, "changes")]
+    rate = (
+        f" ({progress.totals.changes / seconds:,.0f} changes/s)"
+        if seconds and progress.totals.changes
+        else ""
+    )
+    counts = [(progress.batches, "batches"), (progress.totals.changes, "changes")]
     counts += _applied_counts(progress)
     counts.append((messages.dead_letters if messages is not None else 0, "dead letters"))
     shown = [f"{what}: {count:,}" + (rate if what == "changes" else "") for count, what in counts if count]

@@ -65,17 +65,8 @@ class SinkProgress:
 
     batches: int = 0
     skipped: int = 0
-    changes: int = 0
-    upserts: int = 0
-    deletes: int = 0
-    late: int = 0
-    restarts: int = 0
-    unmatched_retractions: int = 0
-    unavailable_unfilled: int = 0
-    truncates: int = 0
-    control_events: int = 0
-    unsequenced: int = 0
-    apply_seconds: float = 0.0
+    totals: BatchApplied = field(default_factory=lambda: BatchApplied(-1))
+    """the counts of every batch added up; ``seconds``: the time spent applying"""
     last: BatchApplied | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -83,17 +74,7 @@ class SinkProgress:
         with self.lock:
             self.batches += 1
             self.skipped += int(applied.skipped)
-            self.changes += applied.changes
-            self.upserts += applied.upserts
-            self.deletes += applied.deletes
-            self.late += applied.late
-            self.restarts += applied.restarts
-            self.unmatched_retractions += applied.unmatched_retractions
-            self.unavailable_unfilled += applied.unavailable_unfilled
-            self.truncates += applied.truncates
-            self.control_events += applied.control_events
-            self.unsequenced += applied.unsequenced
-            self.apply_seconds += applied.seconds
+            self.totals = self.totals.plus(applied)
             self.last = applied
 
 

@@ -28,9 +28,8 @@ import pyarrow as pa
 from deltalake import Schema as DeltaSchema
 
 from cdcflow.connectors.errors import SparkSetupError
-from cdcflow.connectors.lakehouse.delta.backend import Clause, render_clauses
+from cdcflow.connectors.lakehouse.delta.merge import SPARK_SQL, Merge
 from cdcflow.connectors.lakehouse.delta.schema import conform_to
-from cdcflow.connectors.lakehouse.delta.tables import OP
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -98,12 +97,7 @@ def require_delta(spark: SparkSession) -> None:
         )
 
 
-def _quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+_quote, _literal = SPARK_SQL.quote, SPARK_SQL.string
 
 
 def _struct(schema: pa.Schema) -> StructType:
@@ -227,58 +221,27 @@ class SparkTable:
             rows = rows.filter(" AND ".join(conditions))
         return _arrow(rows.toArrow(), self.schema())
 
-    def merge(
-        self,
-        source: pa.Table,
-        identity: Sequence[str],
-        app_id: str,
-        batch_id: int,
-        *,
-        delete_unmatched: Sequence[Clause] = (),
-        unavailable: str | None = None,
-    ) -> int:
+    def merge(self, merge: Merge) -> int:
         from delta.tables import DeltaTable
 
-        marks = [c for c in (OP, unavailable) if c is not None]
-        present = [c for c in source.schema.names if c not in marks]
-        data = conform_to(self.schema(), self._add_columns, source.drop_columns(marks), identity, self.path)
-        for mark in marks:
-            data = data.append_column(mark, source.column(mark))
-        written = [c for c in data.schema.names if c not in marks]
-        frame = self.spark.createDataFrame(data, schema=_struct(data.schema))
-        op = f"s.{_quote(OP)}"
+        statement = merge.statement(
+            lambda data: conform_to(self.schema(), self._add_columns, data, merge.identity, self.path),
+            SPARK_SQL,
+        )
+        frame = self.spark.createDataFrame(statement.source, schema=_struct(statement.source.schema))
         merger = (
             DeltaTable.forPath(self.spark, self.path)
             .alias("t")
-            .merge(frame.alias("s"), " AND ".join(f"t.{_quote(c)} = s.{_quote(c)}" for c in identity))
-            .whenMatchedDelete(condition=f"{op} = 'D'")
-            .whenMatchedUpdate(
-                condition=f"{op} = 'U'",
-                set={_quote(c): _update_value(c, identity, unavailable) for c in written if c in present},
-            )
-            .whenNotMatchedInsert(
-                condition=f"{op} = 'U'", values={_quote(c): f"s.{_quote(c)}" for c in written}
-            )
+            .merge(frame.alias("s"), statement.on)
+            .whenMatchedDelete(condition=statement.delete)
+            .whenMatchedUpdate(condition=statement.write, set=dict(statement.update))
+            .whenNotMatchedInsert(condition=statement.write, values=dict(statement.insert))
         )
-        unmatched = _spark_sql(delete_unmatched)
-        if unmatched is not None:
-            merger = merger.whenNotMatchedBySourceDelete(condition=unmatched)
-        with self.backend.transaction(app_id, batch_id):
+        if statement.delete_unmatched is not None:
+            merger = merger.whenNotMatchedBySourceDelete(condition=statement.delete_unmatched)
+        with self.backend.transaction(merge.app_id, merge.batch_id):
             merger.execute()
         return self.version()
-
-
-def _update_value(column: str, identity: Sequence[str], unavailable: str | None) -> str:
-    if unavailable is None or column in identity:
-        return f"s.{_quote(column)}"
-    return (
-        f"CASE WHEN array_contains(s.{_quote(unavailable)}, {_literal(column)}) THEN t.{_quote(column)} "
-        f"ELSE s.{_quote(column)} END"
-    )
-
-
-def _spark_sql(clauses: Sequence[Clause]) -> str | None:
-    return render_clauses(clauses, _quote, lambda iso: f"TIMESTAMP {_literal(iso)}")
 
 
 class SparkDeltaBackend:

@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 
 from cdcflow.connectors.errors import ConnectorOptionError
 from cdcflow.connectors.lakehouse.delta import key_state, restarts
-from cdcflow.connectors.lakehouse.delta.backend import DELTA_RS, Every, TableBackend, TableHandle, applied
+from cdcflow.connectors.lakehouse.delta.backend import DELTA_RS, TableBackend, TableHandle, applied
 from cdcflow.connectors.lakehouse.delta.batch import (
     IDX,
     INTERNAL,
@@ -55,6 +55,7 @@ from cdcflow.connectors.lakehouse.delta.control import (
 )
 from cdcflow.connectors.lakehouse.delta.dead_letters import DeadLetterFiles, letters
 from cdcflow.connectors.lakehouse.delta.fill import fill
+from cdcflow.connectors.lakehouse.delta.fill_inputs import FillInputs
 from cdcflow.connectors.lakehouse.delta.key_state import (
     DELETED_AT,
     SLOT,
@@ -62,11 +63,11 @@ from cdcflow.connectors.lakehouse.delta.key_state import (
     STATE_SEQ,
 )
 from cdcflow.connectors.lakehouse.delta.materialization import materialize
+from cdcflow.connectors.lakehouse.delta.merge import OP, Every, Merge
 from cdcflow.connectors.lakehouse.delta.options import ApplyOptions, Unsequenced
 from cdcflow.connectors.lakehouse.delta.result import BatchApplied
 from cdcflow.connectors.lakehouse.delta.schema import to_delta_columns
 from cdcflow.connectors.lakehouse.delta.sequencing import by_sequence, late_and_again, sequence_rows
-from cdcflow.connectors.lakehouse.delta.tables import OP
 from cdcflow.connectors.lakehouse.delta.unavailable import KEPT_COLUMNS, Filled, needs_filling, open_claims
 
 log = logging.getLogger(__name__)
@@ -152,19 +153,19 @@ class DeltaChangeApplier:
         if filling and options.sequence_by:
             epochs = restarts.epochs(batch, key, sequences)
             late, again, epoch = late_and_again(batch, sequences, epochs, key)
-        filled = fill(
+        inputs = FillInputs(
             batch,
             key,
             options.links,
             lambda keys: reads.rows_of_keys(key, keys) if reads is not None else None,
             lambda keys: self._state_rows(state, keys, now),
             now,
-            claims=claims,
             late=late,
             again=again,
             epoch=epoch,
             truncated=truncation is not None,
         )
+        filled = fill(inputs, claims)
         batch = filled.batch
         if options.materializes:
             # After a truncate no row is live: the state's rows of the batch's keys are not used.
@@ -399,12 +400,14 @@ class DeltaChangeApplier:
             marked = kept.append_column(OP, pa.repeat(pa.scalar("K", pa.string()), kept.num_rows))
             source = pa.concat_tables([source, marked], promote_options="permissive")
         return target.merge(
-            source,
-            key,
-            self.app_id,
-            batch_id,
-            delete_unmatched=[Every()] if truncation is not None else (),
-            unavailable=KEPT_COLUMNS if marks is not None else None,
+            Merge(
+                source,
+                key,
+                self.app_id,
+                batch_id,
+                delete_unmatched=[Every()] if truncation is not None else (),
+                unavailable=KEPT_COLUMNS if marks is not None else None,
+            )
         )
 
 

@@ -11,9 +11,8 @@ running on Spark's executors). Both write the same tables; either continues the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Protocol
 
 import pyarrow as pa
@@ -21,36 +20,9 @@ import pyarrow.compute as pc
 from deltalake import DeltaTable
 
 from cdcflow.connectors.lakehouse.delta import tables as delta_io
+from cdcflow.connectors.lakehouse.delta.merge import Merge
 from cdcflow.connectors.lakehouse.delta.schema import create_table, table_schema
 from cdcflow.connectors.lakehouse.delta.storage import LOCAL, Storage
-
-
-@dataclass(frozen=True)
-class Before:
-    """Target rows whose ``column`` holds a time before ``moment``."""
-
-    column: str
-    moment: datetime
-
-    def iso(self) -> str:
-        return self.moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-@dataclass(frozen=True)
-class NotEqual:
-    """Target rows whose integer ``column`` is not ``value``."""
-
-    column: str
-    value: int
-
-
-@dataclass(frozen=True)
-class Every:
-    """Every target row (a truncate)."""
-
-
-Clause = Before | NotEqual | Every
-"""Which target rows the merge source does not name are deleted in the same commit (ORed)."""
 
 
 class TableHandle(Protocol):
@@ -84,17 +56,8 @@ class TableHandle(Protocol):
         """The rows whose ``equal`` columns hold the given values and whose ``null`` columns are NULL."""
         ...
 
-    def merge(
-        self,
-        source: pa.Table,
-        identity: Sequence[str],
-        app_id: str,
-        batch_id: int,
-        *,
-        delete_unmatched: Sequence[Clause] = (),
-        unavailable: str | None = None,
-    ) -> int:
-        """Merges as :func:`~cdcflow.connectors.lakehouse.delta.tables.merge_marked`; the new version."""
+    def merge(self, merge: Merge) -> int:
+        """Runs ``merge`` in one commit; the new version."""
         ...
 
 
@@ -155,46 +118,8 @@ class RsTable:
         dataset = self.table.to_pyarrow_dataset(filesystem=delta_io.table_filesystem(self.path, self.storage))
         return dataset.to_table(filter=condition)
 
-    def merge(
-        self,
-        source: pa.Table,
-        identity: Sequence[str],
-        app_id: str,
-        batch_id: int,
-        *,
-        delete_unmatched: Sequence[Clause] = (),
-        unavailable: str | None = None,
-    ) -> int:
-        return delta_io.merge_marked(
-            self.table,
-            self.path,
-            source,
-            identity,
-            app_id,
-            batch_id,
-            delete_unmatched=_datafusion(delete_unmatched),
-            unavailable=unavailable,
-        )
-
-
-def render_clauses(
-    clauses: Sequence[Clause], quote: Callable[[str], str], timestamp: Callable[[str], str]
-) -> str | None:
-    """``clauses`` as one SQL condition on the target ``t`` (None for none), in a back end's dialect:
-    its identifier ``quote`` and its ``timestamp`` literal of an ISO text."""
-    rendered = []
-    for clause in clauses:
-        if isinstance(clause, Every):
-            return "TRUE"
-        if isinstance(clause, Before):
-            rendered.append(f"t.{quote(clause.column)} < {timestamp(clause.iso())}")
-        else:
-            rendered.append(f"t.{quote(clause.column)} <> {int(clause.value)}")
-    return " OR ".join(rendered) or None
-
-
-def _datafusion(clauses: Sequence[Clause]) -> str | None:
-    return render_clauses(clauses, delta_io.quote, lambda iso: f"'{iso}'")
+    def merge(self, merge: Merge) -> int:
+        return delta_io.merge_marked(self.table, self.path, merge)
 
 
 class DeltaRsBackend:

@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdcflow.connectors.errors import ChangelogConsistencyError
+from cdcflow.connectors.lakehouse.delta.merge import OP
 from cdcflow.connectors.lakehouse.delta.sequence import sortable
-from cdcflow.connectors.lakehouse.delta.tables import OP
 from cdcflow.formats.base import METADATA_MARK
 
 ROW_KINDS = ("+I", "-U", "+U", "-D")

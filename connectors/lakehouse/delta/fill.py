@@ -5,15 +5,11 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
-from cdcflow.connectors.lakehouse.delta.batch import ChangeBatch
 from cdcflow.connectors.lakehouse.delta.fill_inputs import Changes, FillInputs, Lookup, involved_changes
 from cdcflow.connectors.lakehouse.delta.fill_result import Fills, filled
 from cdcflow.connectors.lakehouse.delta.key_change_slots import (
@@ -27,7 +23,7 @@ from cdcflow.connectors.lakehouse.delta.key_change_slots import (
 )
 from cdcflow.connectors.lakehouse.delta.key_links import Key, canonical
 from cdcflow.connectors.lakehouse.delta.key_state import PENDING, SLOT, STATE_SEQ
-from cdcflow.connectors.lakehouse.delta.unavailable import Filled, Links, needs_filling
+from cdcflow.connectors.lakehouse.delta.unavailable import Filled, needs_filling
 
 log = logging.getLogger(__name__)
 
@@ -35,40 +31,14 @@ MAX_HOPS = 64
 """The most key changes an old key's last values follow to reach the claims that wait for them."""
 
 
-def fill(
-    batch: ChangeBatch,
-    key: Sequence[str],
-    links: Links,
-    target_rows: Lookup,
-    state_rows: Lookup,
-    now: datetime,
-    *,
-    claims: pa.Table | None = None,
-    late: np.ndarray | None = None,
-    again: np.ndarray | None = None,
-    epoch: np.ndarray | None = None,
-    truncated: bool = False,
-) -> Filled:
-    """Fills ``batch``'s unavailable columns and pairs its key changes.
+def fill(inputs: FillInputs, claims: pa.Table | None = None) -> Filled:
+    """Fills the batch's unavailable columns and pairs its key changes.
 
-    ``claims``: the open claims of the batch's keys (:func:`~.unavailable.open_claims`); ``late``,
-    ``again``, ``epoch`` and ``truncated``: see :class:`~.fill_inputs.FillInputs`.
+    ``claims``: the open claims of the batch's keys (:func:`~.unavailable.open_claims`).
     """
-    flagged = needs_filling(batch, links, key, claims)
+    flagged = needs_filling(inputs.source, inputs.links, inputs.key, claims)
     if flagged is None:
-        return Filled(batch)
-    inputs = FillInputs.of(
-        batch,
-        key,
-        links,
-        target_rows,
-        state_rows,
-        now,
-        late=late,
-        again=again,
-        epoch=epoch,
-        truncated=truncated,
-    )
+        return Filled(inputs.source)
     known = Known(inputs, claims)
     return _Walk(inputs, involved_changes(inputs, flagged), known).run()
 

@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -22,8 +23,8 @@ Lookup = Callable[[pa.Table], pa.Table | None]
 
 @dataclass(frozen=True)
 class FillInputs:
-    """The batch (in Delta's types: values read back from the target and the state are in those), its
-    key and links, where earlier values are looked up, and the order the batch applies in.
+    """The batch, its key and links, where earlier values are looked up, and the order the batch
+    applies in.
 
     ``late``: the changes older than their key's applied sequence (never a previous value); ``again``:
     the changes at their key's applied sequence, applied changes a source sent again (they link no key
@@ -31,11 +32,9 @@ class FillInputs:
     ``truncated``: the batch empties the table, and with it the new keys the state's claims wait for.
     """
 
-    batch: ChangeBatch
-    key: list[str]
-    key_types: list[pa.DataType]
-    columns: list[str]
-    """The data columns (not the applier's own ``_cdcflow_*``)."""
+    source: ChangeBatch
+    """The batch as the applier has it; :attr:`batch` is it in Delta's types."""
+    key: Sequence[str]
     links: Links
     target_rows: Lookup
     state_rows: Lookup
@@ -45,40 +44,24 @@ class FillInputs:
     epoch: np.ndarray | None = None
     truncated: bool = False
 
-    @classmethod
-    def of(
-        cls,
-        batch: ChangeBatch,
-        key: Sequence[str],
-        links: Links,
-        target_rows: Lookup,
-        state_rows: Lookup,
-        now: datetime,
-        *,
-        late: np.ndarray | None = None,
-        again: np.ndarray | None = None,
-        epoch: np.ndarray | None = None,
-        truncated: bool = False,
-    ) -> FillInputs:
-        data = batch.data
+    @cached_property
+    def batch(self) -> ChangeBatch:
+        """The batch in Delta's types (values read back from the target and the state are in those)."""
+        data = self.source.data
         internal = [c for c in data.schema.names if c.startswith(INTERNAL)]
         converted = to_delta_columns(data.drop_columns(internal))
         for name in internal:
             converted = converted.append_column(data.schema.field(name), data.column(name))
-        return cls(
-            dataclasses.replace(batch, data=converted),
-            list(key),
-            [converted.schema.field(c).type for c in key],
-            [c for c in converted.schema.names if not c.startswith(INTERNAL)],
-            links,
-            target_rows,
-            state_rows,
-            now,
-            late,
-            again,
-            epoch,
-            truncated,
-        )
+        return dataclasses.replace(self.source, data=converted)
+
+    @cached_property
+    def key_types(self) -> list[pa.DataType]:
+        return [self.batch.data.schema.field(c).type for c in self.key]
+
+    @cached_property
+    def columns(self) -> list[str]:
+        """The data columns (not the applier's own ``_cdcflow_*``)."""
+        return [c for c in self.batch.data.schema.names if not c.startswith(INTERNAL)]
 
     def aside_values(self, name: str | None, at: np.ndarray) -> list[Any]:
         """The values of the batch's column ``name`` kept aside (see ``ChangeBatch.extra``) at ``at``."""

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from cdcflow.connectors.lakehouse.delta.batch import ChangeBatch
 from cdcflow.connectors.lakehouse.delta.key_links import Key
-from cdcflow.connectors.lakehouse.delta.tables import OP
+from cdcflow.connectors.lakehouse.delta.merge import OP
 from cdcflow.connectors.lakehouse.delta.unavailable import KEPT_COLUMNS, Filled
 
 

@@ -26,14 +26,9 @@ import pyarrow as pa
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from cdcflow.connectors.errors import ChangelogConsistencyError, ConnectorOptionError
+from cdcflow.connectors.lakehouse.delta.merge import OP, Merge
 from cdcflow.connectors.lakehouse.delta.schema import to_delta_columns
-from cdcflow.connectors.lakehouse.delta.tables import (
-    OP,
-    applied_version,
-    merge_marked,
-    open_table,
-    rows_of_keys,
-)
+from cdcflow.connectors.lakehouse.delta.tables import applied_version, merge_marked, open_table, rows_of_keys
 from cdcflow.core import CdcflowError, Change, RowKind, Version, versions_of
 from cdcflow.core.versioned import changelog_of, event_time, key_tuple
 
@@ -120,7 +115,8 @@ class DeltaHistoryWriter:
             # A merge without source rows commits nothing: record the batch id with an empty append.
             write_deltalake(table, source.drop_columns([OP]), mode="append", commit_properties=commit)
         else:
-            merge_marked(table, self.target, source, (*self.key, self.valid_from), self.app_id, batch_id)
+            merge = Merge(source, (*self.key, self.valid_from), self.app_id, batch_id)
+            merge_marked(table, self.target, merge)
         result = HistoryResult(
             batch_id,
             changes=batch.num_rows,

@@ -24,7 +24,7 @@ from cdcflow.connectors.lakehouse.delta.key_state import (
     TIMESTAMP,
     UPDATED_AT,
 )
-from cdcflow.connectors.lakehouse.delta.tables import OP
+from cdcflow.connectors.lakehouse.delta.merge import OP
 
 CARRY_FROM = "_cdcflow_carry_from"
 """The old key (JSON of its values) a carry or claim slot belongs to."""

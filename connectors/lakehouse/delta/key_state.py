@@ -20,9 +20,9 @@ from datetime import UTC, datetime, timedelta
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdcflow.connectors.lakehouse.delta.backend import Before, Clause, NotEqual, TableBackend, TableHandle
+from cdcflow.connectors.lakehouse.delta.backend import TableBackend, TableHandle
+from cdcflow.connectors.lakehouse.delta.merge import OP, Before, Clause, Merge, NotEqual
 from cdcflow.connectors.lakehouse.delta.schema import to_delta_columns
-from cdcflow.connectors.lakehouse.delta.tables import OP
 
 SLOT, STATE_SEQ, STATE_RESTART, DELETED_AT, UPDATED_AT = (
     "_cdcflow_slot",
@@ -92,7 +92,7 @@ def save(
         expired.append(Before(UPDATED_AT, now - ttl))
     if truncated:
         expired.append(NotEqual(SLOT, -1))
-    table.merge(data, [*key, SLOT], app_id, batch_id, delete_unmatched=expired)
+    table.merge(Merge(data, [*key, SLOT], app_id, batch_id, delete_unmatched=expired))
 
 
 def no_rows(key_fields: Sequence[pa.Field]) -> pa.Table:

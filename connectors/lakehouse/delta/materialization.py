@@ -21,10 +21,10 @@ from cdcflow.connectors.lakehouse.delta.key_state import (
     STATE_SEQ,
     UPDATED_AT,
 )
+from cdcflow.connectors.lakehouse.delta.merge import OP
 from cdcflow.connectors.lakehouse.delta.options import ApplyOptions
 from cdcflow.connectors.lakehouse.delta.result import BatchApplied
 from cdcflow.connectors.lakehouse.delta.sequencing import report_restarts
-from cdcflow.connectors.lakehouse.delta.tables import OP
 from cdcflow.core import Change, RowKind
 from cdcflow.core.materialize import UpsertMaterializer
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 
 
 @dataclass
@@ -26,3 +26,12 @@ class BatchApplied:
     """Changes whose ``sequence_by`` value is NULL: dead letters, or applied in arrival order."""
     table_version: int | None = None
     seconds: float = 0.0
+
+    def plus(self, other: BatchApplied) -> BatchApplied:
+        """Counts and seconds of both added up (a running total; its batch id and version: ``other``'s)."""
+        summed = {
+            f.name: getattr(self, f.name) + getattr(other, f.name)
+            for f in fields(self)
+            if f.name not in ("batch_id", "skipped", "table_version")
+        }
+        return replace(other, **summed)

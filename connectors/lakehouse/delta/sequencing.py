@@ -21,9 +21,9 @@ from cdcflow.connectors.lakehouse.delta.key_state import (
     STATE_SEQ,
     UPDATED_AT,
 )
+from cdcflow.connectors.lakehouse.delta.merge import OP
 from cdcflow.connectors.lakehouse.delta.options import ApplyOptions
 from cdcflow.connectors.lakehouse.delta.result import BatchApplied
-from cdcflow.connectors.lakehouse.delta.tables import OP
 
 log = logging.getLogger(__name__)
 

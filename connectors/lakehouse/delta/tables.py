@@ -14,11 +14,10 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable, Transaction
 
+from cdcflow.connectors.lakehouse.delta.merge import DATAFUSION, Merge
 from cdcflow.connectors.lakehouse.delta.schema import conform
 from cdcflow.connectors.lakehouse.delta.storage import LOCAL, S3, Storage, is_remote, scheme
 
-OP = "_cdcflow_op"
-"""The merge source's action column: U (insert or update) or D (delete)."""
 PRUNING_LIST = 1000
 """Keys up to which a read by key prunes files by the list of keys, beyond it by their range."""
 
@@ -36,64 +35,25 @@ def applied_version(table: DeltaTable | None, app_id: str) -> int:
     return -1 if version is None else int(version)
 
 
-def quote(name: str) -> str:
-    """A column name as a delta-rs (DataFusion) SQL identifier."""
-    return '"' + name.replace('"', '""') + '"'
-
-
-def merge_marked(
-    table: DeltaTable,
-    path: str,
-    source: pa.Table,
-    identity: Sequence[str],
-    app_id: str,
-    batch_id: int,
-    *,
-    delete_unmatched: str | None = None,
-    unavailable: str | None = None,
-) -> int:
-    """Merge ``source`` (with ``_cdcflow_op``) into ``table`` on ``identity``; returns the new version.
-
-    An update assigns only the columns ``source`` has (a column it lacks keeps the target's value, an
-    insert leaves it NULL). ``unavailable`` names a ``list<string>`` column of ``source``: the columns
-    of each row that keep the target's value. ``delete_unmatched`` is a predicate on the target
-    (``t.``) for rows the source does not name that should go in the same commit (expired state,
-    ``TRUE`` for a truncate); rows marked ``K`` are named, so kept, and not written.
-    """
-    marks = [c for c in (OP, unavailable) if c is not None]
-    present = [c for c in source.schema.names if c not in marks]
-    data = conform(table, source.drop_columns(marks), identity, path)
-    for mark in marks:
-        data = data.append_column(mark, source.column(mark))
-    written = [c for c in data.schema.names if c not in marks]
-    inserts = {quote(c): f"s.{quote(c)}" for c in written}
-    updates = {quote(c): _update_value(c, identity, unavailable) for c in written if c in present}
+def merge_marked(table: DeltaTable, path: str, merge: Merge) -> int:
+    """``merge`` into ``table`` with delta-rs; the new version."""
+    statement = merge.statement(lambda data: conform(table, data, merge.identity, path), DATAFUSION)
     merger = (
         table.merge(
-            data,
-            predicate=" AND ".join(f"t.{quote(c)} = s.{quote(c)}" for c in identity),
+            statement.source,
+            predicate=statement.on,
             source_alias="s",
             target_alias="t",
-            commit_properties=CommitProperties(app_transactions=[Transaction(app_id, batch_id)]),
+            commit_properties=CommitProperties(app_transactions=[Transaction(merge.app_id, merge.batch_id)]),
         )
-        .when_matched_delete(predicate=f"s.{OP} = 'D'")
-        .when_matched_update(updates=updates, predicate=f"s.{OP} = 'U'")
-        .when_not_matched_insert(updates=inserts, predicate=f"s.{OP} = 'U'")
+        .when_matched_delete(predicate=statement.delete)
+        .when_matched_update(updates=dict(statement.update), predicate=statement.write)
+        .when_not_matched_insert(updates=dict(statement.insert), predicate=statement.write)
     )
-    if delete_unmatched is not None:
-        merger = merger.when_not_matched_by_source_delete(predicate=delete_unmatched)
+    if statement.delete_unmatched is not None:
+        merger = merger.when_not_matched_by_source_delete(predicate=statement.delete_unmatched)
     merger.execute()
     return int(table.version())
-
-
-def _update_value(column: str, identity: Sequence[str], unavailable: str | None) -> str:
-    if unavailable is None or column in identity:
-        return f"s.{quote(column)}"
-    literal = "'" + column.replace("'", "''") + "'"
-    return (
-        f"CASE WHEN array_has(s.{quote(unavailable)}, {literal}) THEN t.{quote(column)} "
-        f"ELSE s.{quote(column)} END"
-    )
 
 
 def table_before(

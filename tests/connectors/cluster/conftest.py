@@ -19,7 +19,9 @@ from standalone import StandaloneCluster  # noqa: E402
 
 @pytest.fixture(scope="session")
 def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
-    cluster = StandaloneCluster(tmp_path_factory.mktemp("standalone")).start()
+    # Launched, not waited for: its JVMs start while the test's other fixtures do; a job waits for its
+    # workers (StandaloneCluster.wait_ready) before it is submitted.
+    cluster = StandaloneCluster(tmp_path_factory.mktemp("standalone")).launch()
     try:
         yield cluster
     finally:

@@ -1,16 +1,13 @@
-"""Driver: ``cdc-debezium`` over recorded files or a Kafka topic, split into several input partitions;
-writes the changelog (each row with its coordinates) and what each task saw to a JSON file.
+"""``cdc-debezium`` over recorded files or a Kafka topic, split into several input partitions: the
+changelog (each row with its coordinates) and what each task saw.
 
-    spark-submit --master spark://... read_job.py OUT.json file PATH
-    spark-submit --master spark://... read_job.py OUT.json kafka BOOTSTRAP TOPIC
-
-The same :func:`read` runs in the tests' local session, for the comparison.
+The cluster's driver (sources_job.py) and the tests' local session run the same :func:`read`, for the
+comparison.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -69,17 +66,3 @@ def read(spark: SparkSession, kind: str, *where: str) -> dict[str, Any]:
         json.loads(row.task) for row in changelog.mapInArrow(where_each_task_ran, "task STRING").collect()
     ]
     return {"partitions": changelog.rdd.getNumPartitions(), "rows": rows, "tasks": tasks}
-
-
-def main(argv: list[str]) -> None:
-    from cdcflow.connectors.spark.jobs import local_session
-
-    out, kind, *where = argv
-    result = read(local_session("cdcflow-read-job"), kind, *where)
-    result["master"] = local_session().sparkContext.master
-    with open(out, "w") as handle:
-        json.dump(result, handle, default=str)
-
-
-if __name__ == "__main__":
-    main(sys.argv[1:])

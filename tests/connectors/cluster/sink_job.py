@@ -1,12 +1,10 @@
-"""Driver: a changelog read from recorded Debezium events (several input partitions), arranged per key
-with ``order_for_sink`` and written to a Kafka topic by the ``cdc-maxwell`` sink.
-
-    spark-submit --master spark://... sink_job.py EVENTS_FILE BOOTSTRAP TOPIC
+"""A changelog read from recorded Debezium events (several input partitions), arranged per key with
+``order_for_sink`` and written to a Kafka topic by the ``cdc-maxwell`` sink: :func:`write`, run by the
+cluster's driver (sources_job.py) and in the tests' local session.
 """
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -35,9 +33,3 @@ def write(spark: SparkSession, events: str, bootstrap: str, topic: str) -> None:
         .mode("append")
         .save()
     )
-
-
-if __name__ == "__main__":
-    from cdcflow.connectors.spark.jobs import local_session
-
-    write(local_session("cdcflow-sink-job"), *sys.argv[1:])

@@ -18,7 +18,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 import pyspark
@@ -28,7 +28,7 @@ SPARK_CLASS = SPARK_HOME / "bin" / "spark-class"
 SPARK_SUBMIT = SPARK_HOME / "bin" / "spark-submit"
 VENV_PYTHON = sys.executable
 START_TIMEOUT_S = 120
-_TASK = re.compile(rb"Running task \S+ in stage \S+ \(TID \d+\)")
+_TASK = re.compile(rb"Running task \S+ in stage (\d+)\.\d+ \(TID \d+\)")
 
 
 def die_with_parent() -> None:
@@ -66,6 +66,9 @@ class StandaloneCluster:
         self.master_url = f"spark://127.0.0.1:{self.port}"
         self.worker_dirs = [workdir / f"worker{n}" for n in range(1, workers + 1)]
         self._processes: list[subprocess.Popen[bytes]] = []
+        self._deadline = 0.0
+        self._ready = False
+        self._failure: str | None = None
 
     def _launch(self, name: str, *args: str) -> None:
         with (self.workdir / f"{name}.log").open("wb") as log:
@@ -80,7 +83,9 @@ class StandaloneCluster:
                 )
             )
 
-    def start(self) -> StandaloneCluster:
+    def launch(self) -> StandaloneCluster:
+        """Starts the master and the workers without waiting for them (:meth:`wait_ready` does): the
+        JVMs start while a test's other fixtures (a broker, the local session) start."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         self._launch(
             "master",
@@ -96,13 +101,21 @@ class StandaloneCluster:
                 *("--host", "127.0.0.1", "--cores", "1", "--memory", "1g"),
                 *("--webui-port", "0", "--work-dir", str(folder)),
             )
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while self.alive_workers() < len(self.worker_dirs):
-            if time.monotonic() > deadline or any(p.poll() is not None for p in self._processes):
+        self._deadline = time.monotonic() + START_TIMEOUT_S
+        return self
+
+    def wait_ready(self) -> StandaloneCluster:
+        """Returns once every worker is registered with the master (at once after the first time)."""
+        if self._failure is not None:
+            raise RuntimeError(self._failure)
+        while not self._ready and self.alive_workers() < len(self.worker_dirs):
+            if time.monotonic() > self._deadline or any(p.poll() is not None for p in self._processes):
                 logs = {p.name: p.read_text(errors="replace")[-2000:] for p in self.workdir.glob("*.log")}
                 self.stop()
-                raise RuntimeError(f"the standalone cluster did not start: {logs}")
+                self._failure = f"the standalone cluster did not start: {logs}"
+                raise RuntimeError(self._failure)
             time.sleep(0.5)
+        self._ready = True
         return self
 
     def state(self) -> dict[str, object]:
@@ -122,10 +135,15 @@ class StandaloneCluster:
     def applications(self) -> set[str]:
         return {app.name for folder in self.worker_dirs for app in folder.glob("app-*")}
 
-    def tasks_by_executor(self, app: str) -> dict[str, int]:
-        """Tasks each executor of application ``app`` ran, by ``worker<n>/<executor id>``."""
+    def tasks_by_executor(self, app: str, stages: Collection[int] | None = None) -> dict[str, int]:
+        """Tasks each executor of application ``app`` ran (of its ``stages``, when given), by
+        ``worker<n>/<executor id>``."""
         return {
-            f"{folder.name}/{executor.name}": len(_TASK.findall((executor / "stderr").read_bytes()))
+            f"{folder.name}/{executor.name}": sum(
+                1
+                for stage in _TASK.findall((executor / "stderr").read_bytes())
+                if stages is None or int(stage) in stages
+            )
             for folder in self.worker_dirs
             for executor in sorted((folder / app).glob("*"))
             if (executor / "stderr").exists()
@@ -166,7 +184,7 @@ def spark_submit(
 
 def cluster_conf(cluster: StandaloneCluster) -> list[str]:
     """Submit options every job on the test cluster takes: small executors, both registered before the
-    first task (so each gets tasks), few shuffle partitions."""
+    first task (so each gets tasks), few shuffle partitions, no application UI."""
     settings = {
         "spark.executor.memory": "512m",
         "spark.scheduler.minRegisteredResourcesRatio": "1.0",
@@ -175,6 +193,7 @@ def cluster_conf(cluster: StandaloneCluster) -> list[str]:
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.ui.showConsoleProgress": "false",
+        "spark.ui.enabled": "false",
         "spark.executorEnv.CDCFLOW_STRICT_DECODE": os.environ.get("CDCFLOW_STRICT_DECODE", "1"),
     }
     return ["--master", cluster.master_url, *(f"--conf={k}={v}" for k, v in settings.items())]

@@ -59,7 +59,7 @@ def test_the_documented_spark_submit_ingests_on_the_cluster_and_resumes(
         .replace("/shared", str(shared))
     )
     # Cluster-wide defaults of the test cluster, outside the documented command: both executors
-    # registered before the first task, so that each gets tasks; loopback only.
+    # registered before the first task, so that each gets tasks; loopback only; no application UI.
     conf = tmp_path / "spark-conf"
     conf.mkdir()
     (conf / "spark-defaults.conf").write_text(
@@ -68,6 +68,7 @@ def test_the_documented_spark_submit_ingests_on_the_cluster_and_resumes(
         "spark.driver.host 127.0.0.1\n"
         "spark.driver.bindAddress 127.0.0.1\n"
         "spark.executorEnv.CDCFLOW_STRICT_DECODE 1\n"
+        "spark.ui.enabled false\n"
     )
     env = spark_env(SPARK_CONF_DIR=str(conf))
     del env["PYSPARK_PYTHON"], env["PYSPARK_DRIVER_PYTHON"]  # the command sets what it needs
@@ -84,28 +85,30 @@ def test_the_documented_spark_submit_ingests_on_the_cluster_and_resumes(
     )
 
     versions = []
+    standalone.wait_ready()
     for run, last_line in ((1, FIRST_RUN_LINES), (2, len(EXCLUDE.read_bytes().splitlines()))):
         arrive(shared / "incoming" / "inventory.products", run)
         before = standalone.applications()
         log = tmp_path / f"run{run}.log"
         with log.open("wb") as out:
-            done = subprocess.run(  # noqa: S603 - the documented command, in bash
-                [BASH, "-euo", "pipefail", "-c", command],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-                timeout=300,
-                check=False,
+            documented = subprocess.Popen(  # noqa: S603 - the documented command, in bash
+                [BASH, "-euo", "pipefail", "-c", command], stdout=out, stderr=subprocess.STDOUT, env=env
             )
+            try:
+                # The same ingestion in local mode, in this process's session while the cluster's runs.
+                arrive(local_input, run)
+                ingest(local, spark)
+                documented.wait(timeout=300)
+            finally:
+                if documented.poll() is None:
+                    documented.kill()
+                    documented.wait()
         text = log.read_text(errors="replace")
-        assert done.returncode == 0, text[-4000:]
+        assert documented.returncode == 0, text[-4000:]
         (app,) = standalone.applications() - before
         if run == 1:
             assert_both_executors_ran_tasks(standalone, app)
         assert rendered_rows(deltalake_rows(str(target)), SCHEMA) == expected_table(last_line)
-
-        arrive(local_input, run)
-        ingest(local, spark)
         assert deltalake_rows(str(target)) and sorted(
             deltalake_rows(str(target)), key=lambda row: row["id"]
         ) == sorted(deltalake_rows(str(local_target)), key=lambda row: row["id"])

@@ -1,26 +1,26 @@
-"""Exactly once through crashes: an ingestion killed with SIGKILL mid-stream, restarted from its checkpoint.
+"""Exactly once through crashes: an ingestion of the recorded PostgreSQL workload killed with SIGKILL
+twice mid-stream, each time restarted from its checkpoint, lands the table as PostgreSQL has it.
 
-Run with each apply back end: delta-rs (the default) and Spark with Delta Lake's jars (``--backend
-spark``: each micro-batch costs Spark jobs, so its history is smaller: 20k changes over 2k keys in ~10
-micro-batches, still more than the two kills can reach).
+The input is the REPLICA IDENTITY DEFAULT table of ``recorded/`` (test_postgres_workload.py: real
+Debezium events with TOAST placeholders whose values come from earlier batches, primary-key changes that
+move a row to the other partition, re-inserted ids, deletes, a TRUNCATE), read by ``python -m cdcflow
+ingest`` in a session of its own (Python driver, JVM, Python workers) in ~10 micro-batches of several
+input partitions each. Its process group is killed twice, each once the table moved past the previous
+kill, plus a random delay (the second delay short, to land between a batch's target commit and its
+key-state commit); then the job runs from its checkpoint to the end. Every row and column must equal
+PostgreSQL's final SELECT (read by deltalake and by Spark's Delta reader), and the Delta logs of the
+table and of the key state must hold exactly one commit per batch that changes the table.
 
-A seeded history of 100k Debezium changes over 10k keys (bench/cdc_history.py) is ingested into Delta
-by ``python -m cdcflow ingest`` in a session of its own (Python driver, JVM, Python workers), in ~30
-micro-batches. Its process group is killed twice, each once the table moved past the previous kill,
-plus a random delay (the second delay short, to land between a batch's target commit and its key-state
-commit); then the job runs from its checkpoint to the end. The table must equal the history folded
-by id, and the Delta logs of the table and of the key state must hold exactly one commit per batch.
-The seed of the history and the kill points changes every day (the date, ``YYYYMMDD``), so the runs
-of a week land kills at different points; a failure names its seed, and ``CDCFLOW_CRASH_SEED=N`` runs
-that one again. Run with ``-s`` to see where the kills landed.
-
-The delta-rs back end runs it a second time with the table, the key state and Spark's checkpoint
-(``s3a://``) on the S3 test server (``s3_server.py``), with a smaller history (30k changes over 3k keys in
-~15 micro-batches): the logs are inspected from a copy of the bucket.
+The seed of the kill points changes every day (the date, ``YYYYMMDD``), so the runs of a week land kills
+at different points; a failure names its seed, and ``CDCFLOW_CRASH_SEED=N`` runs that one again. Run
+with ``-s`` to see where the kills landed. It runs with each apply back end (delta-rs, and Spark with
+Delta Lake's jars), and with delta-rs once more with the table, the key state and Spark's checkpoint
+(``s3a://``) on the S3 test server (``s3_server.py``): the logs are inspected from a copy of the bucket.
 """
 
 from __future__ import annotations
 
+import base64
 import bisect
 import json
 import os
@@ -33,23 +33,30 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from backends import Lake, delta_jars, delta_reader_rows, lake
-from bench_modules import bench_module
+from backends import Lake, delta_jars, lake
 from ingest_process import start_ingest, tail, wait_for, wait_session_gone
+from test_postgres_workload import (
+    assert_batches_and_partitions,
+    delta_rows,
+    differences,
+    expected,  # noqa: F401 - the fixture
+    ingest_options,
+    postgres_rows,
+    unpack,
+)
 
 from cdcflow.connectors.lakehouse.sink import STATE_DIR
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+TABLE = "items_default"
 KILLS = 2
-SIZES = {"delta-rs": (100_000, 10_000, 30), "spark": (20_000, 2_000, 10), "s3": (30_000, 3_000, 15)}
-"""changes, keys, micro-batches per back end (and on S3: moto's server and S3A's checkpoint are slow)"""
+BATCHES = 10
+"""micro-batches of a run from the start: more than the two kills can reach (each at most 3 versions on)"""
 SEED = int(os.environ.get("CDCFLOW_CRASH_SEED") or time.strftime("%Y%m%d"))
-RUN_TIMEOUT = {"delta-rs": 150.0, "spark": 300.0}
-
-
-history = bench_module("cdc_history")
+TIMEOUT = 240.0
+"""seconds without progress (a line of output or a table version) before a run counts as hung"""
 
 
 @dataclass
@@ -66,25 +73,26 @@ class Kill:
     ids=["delta-rs", "spark", "delta-rs, table and checkpoint on S3"],
 )
 def test_sigkilled_ingestion_restarts_from_its_checkpoint_exactly_once(
-    spark: SparkSession, tmp_path: Path, backend: str, storage: str, request: pytest.FixtureRequest
+    spark: SparkSession,
+    tmp_path: Path,
+    expected: dict[str, Any],  # noqa: F811 - the fixture imported above
+    backend: str,
+    storage: str,
+    request: pytest.FixtureRequest,
 ) -> None:
     print(f"CDCFLOW_CRASH_SEED={SEED}")  # shown with a failure's captured output: rerun with it
-    changes, keys, batches = SIZES["s3" if storage == "s3" else backend]
-    source = tmp_path / "history.jsonl"
-    stats = history.write_history(source, changes, keys, seed=SEED)
-    truth = history.fold(source)
-    assert stats.reinserts > changes // 100 and stats.deletes > changes // 100 and len(truth) == stats.live
+    dump = unpack(TABLE, tmp_path)
+    options = ingest_options(dump, BATCHES)
     place = lake(storage, tmp_path / "lake", request)
-    target = place.path("items")
     args = [
-        *("--format", "debezium-json", "--path", str(source), "--schema", history.COLUMNS, "--key", "id"),
-        *("--target", target, "--checkpoint", place.path("checkpoint", "s3a"), "--trigger", "available-now"),
-        *("--option", f"maxBytesPerTrigger={stats.bytes // batches}"),
+        *("--format", "debezium-json", "--path", str(dump), "--key", "id"),
+        *("--target", place.path(TABLE), "--checkpoint", place.path("checkpoint", "s3a")),
+        *("--trigger", "available-now"),
+        *(arg for key, value in options.items() for arg in ("--option", f"{key}={value}")),
         *(("--backend", "spark", "--delta-jars", delta_jars()) if backend == "spark" else ()),
         *place.ingest_args(),
     ]
-    version = partial(place.version, "items")
-    timeout = RUN_TIMEOUT[backend]
+    version = partial(place.version, TABLE)
 
     rng = random.Random(SEED)  # noqa: S311 - kill timings, not secrets
     kills = [Kill(rng.uniform(0.0, 0.02) if i == 1 else rng.uniform(0.1, 1.5)) for i in range(KILLS)]
@@ -92,7 +100,7 @@ def test_sigkilled_ingestion_restarts_from_its_checkpoint_exactly_once(
     for run, kill in enumerate(kills):
         job = start_ingest(args, tmp_path / f"run{run}.log")
         # Progress past the last kill first, then a delay: kills land at varied points of a batch.
-        wait_for(job, timeout, version, seen + rng.randint(1, 4))
+        wait_for(job, TIMEOUT, version, seen + rng.randint(1, 3))
         time.sleep(kill.delay)
         assert job.poll() is None, f"run {run} finished before its kill: {tail(tmp_path / f'run{run}.log')}"
         os.killpg(job.pid, signal.SIGKILL)
@@ -102,42 +110,40 @@ def test_sigkilled_ingestion_restarts_from_its_checkpoint_exactly_once(
         kill.landed = _where(*_logs(place, tmp_path / f"logs{run}"))
 
     job = start_ingest(args, tmp_path / "final.log")
-    wait_for(job, timeout)
+    wait_for(job, TIMEOUT)
     assert job.returncode == 0, f"the restarted job failed: {tail(tmp_path / 'final.log')}"
     report = "; ".join(f"kill {i + 1} after {k.delay:.3f}s: {k.landed}" for i, k in enumerate(kills))
     print(f"seed {SEED}: {report}; last run: {tail(tmp_path / 'final.log', 1)}")
+    assert version() > seen, "the restarted job applied nothing"
 
-    table = place.table("items")
-    rows = table.to_pyarrow_table().to_pylist()
-    ids = [row["id"] for row in rows]
-    assert len(ids) == len(set(ids)), "a key is in the table twice"
-    assert {row["id"]: row for row in rows} == truth
-    via_spark = spark.read.parquet(*table.file_uris()).collect()
-    assert sorted((r.asDict() for r in via_spark), key=lambda r: r["id"]) == [truth[k] for k in sorted(truth)]
-    via_delta = delta_reader_rows(spark, target, place.storage_options or None)
-    assert sorted(via_delta, key=lambda r: r["id"]) == [truth[k] for k in sorted(truth)]
+    want = postgres_rows(expected, TABLE)
+    problems = differences(TABLE, want, delta_rows(place, TABLE))
+    assert not problems, f"seed {SEED}, {report}: {problems}"
+    problems = differences(TABLE, want, delta_rows(place, TABLE, spark))
+    assert not problems, f"seed {SEED}, {report}, read by spark.read.format('delta'): {problems}"
 
     local_target, checkpoint = _logs(place, tmp_path / "logs")
-    applied = _batches_with_rows(checkpoint, source)
+    assert_batches_and_partitions(checkpoint, dump, options)
+    applied = _batches_that_commit(checkpoint, dump)
     for log in (local_target, checkpoint / STATE_DIR):
         transactions = _transactions(log)
         _assert_applied_once(transactions)
-        assert [v for _, v in transactions] == applied, f"{log}: not one commit per batch with rows"
+        assert [v for _, v in transactions] == applied, f"{log}: not one commit per batch that changes it"
 
 
 def _logs(place: Lake, into: Path) -> tuple[Path, Path]:
     """Local folders holding the table's and the checkpoint's logs: the lake's own, or a copy of the
     bucket's (the Delta logs of the table and the key state, Spark's offsets and commits)."""
     if not place.on_s3:
-        return place.folder / "items", place.folder / "checkpoint"
+        return place.folder / TABLE, place.folder / "checkpoint"
     for name in (
-        "items/_delta_log",
+        f"{TABLE}/_delta_log",
         "checkpoint/offsets",
         "checkpoint/commits",
         f"checkpoint/{STATE_DIR}/_delta_log",
     ):
         place.local(name, into)
-    return into / "items", into / "checkpoint"
+    return into / TABLE, into / "checkpoint"
 
 
 def _where(target: Path, checkpoint: Path) -> str:
@@ -178,20 +184,41 @@ def _transactions(table: Path) -> list[tuple[str, int]]:
     return found
 
 
-def _batches_with_rows(checkpoint: Path, source: Path) -> list[int]:
-    """The committed batches whose byte range holds the start of a line (a batch may hold only the
-    tail of a line the batch before read to its end: such a batch is empty and commits nothing)."""
-    starts, at = [], 0
-    with source.open("rb") as lines:
+def _batches_that_commit(checkpoint: Path, dump: Path) -> list[int]:
+    """The committed batches that change the table: those with a record that is no tombstone and is not
+    late. A change logged before a TRUNCATE that an earlier batch applied is late (ignored): the dump
+    holds all of partition 0 (with the TRUNCATE) before partition 1, so a batch of only such changes
+    commits nothing."""
+    starts, late = [], []
+    truncate: tuple[int, int] | None = None
+    at = 0
+    with dump.open("rb") as lines:
+        next(lines)  # the dump's header line
+        at = lines.tell()
         for line in lines:
-            starts.append(at)
+            record = json.loads(line)
+            value = record["value"] and json.loads(base64.b64decode(record["value"]))["payload"]
+            if value is not None:
+                commit, lsn = json.loads(value["source"]["sequence"])
+                position = (int(commit or 0), int(lsn))
+                if value["op"] == "t":
+                    truncate = position
+                starts.append(at)
+                late.append(position)
             at += len(line)
+    assert truncate is not None, "the recording has a TRUNCATE"
+    truncated_in: int | None = None
     batches, begin = [], 0
     for batch in range(_last_batch(checkpoint / "commits") + 1):
         offsets = json.loads((checkpoint / "offsets" / str(batch)).read_text().splitlines()[-1])
-        end = offsets["files"][str(source)]
-        if bisect.bisect_left(starts, end) > bisect.bisect_left(starts, begin):
+        end = offsets["files"][str(dump)]
+        first, last = bisect.bisect_left(starts, begin), bisect.bisect_left(starts, end)
+        positions = late[first:last]
+        after_truncate = truncated_in is not None and truncated_in < batch
+        if any(not (after_truncate and p < truncate) for p in positions):
             batches.append(batch)
+        if truncate in positions:
+            truncated_in = batch
         begin = end
     return batches
 

@@ -82,15 +82,15 @@ def test_changes_after_a_binlog_restart_land_and_late_ones_do_not(
     changes.write_text("\n".join(before_failover) + "\n")
     first = run(changes, tmp_path, spark)
     assert rows(tmp_path / "table") == {1: "a2", 2: "b1"}
-    assert first.progress.late == 1  # the stale update (its +U row: ingest reads updates as upserts)
+    assert first.progress.totals.late == 1  # the stale update (its +U row: ingest reads updates as upserts)
 
     with changes.open("a") as out:
         out.write("\n".join(after_failover) + "\n")
     second = run(changes, tmp_path, spark)
     assert second.batches >= 2, "the new changes should span several micro-batches"
     assert rows(tmp_path / "table") == {1: "a3", 3: "c1"}
-    assert second.progress.restarts == 2  # id 1's update and id 2's delete; id 3 is new
-    assert second.progress.late == 0
+    assert second.progress.totals.restarts == 2  # id 1's update and id 2's delete; id 3 is new
+    assert second.progress.totals.late == 0
     assert "2 restarted positions" in str(second)
 
 

@@ -165,7 +165,7 @@ def test_kafka_topic_lands_in_delta_exactly_once_across_restarts(
     assert len(rows) == len({row["id"] for row in rows})
     assert {row["id"]: row for row in rows} == fold(changes, "id")
     # One change per event: an update's -U/+U pair is one u event, applied as its +U row.
-    assert second.progress.changes + first.progress.changes == sum(
+    assert second.progress.totals.changes + first.progress.totals.changes == sum(
         1 for c in changes if c.kind is not RowKind.UPDATE_AFTER
     )
 

@@ -20,6 +20,7 @@ from state_crash import crash_before_next_state_commit
 from cdcflow.connectors.errors import ConnectorOptionError, SparkSetupError
 from cdcflow.connectors.lakehouse.delta.apply import DeltaChangeApplier
 from cdcflow.connectors.lakehouse.delta.backend import DELTA_RS, TableBackend
+from cdcflow.connectors.lakehouse.delta.merge import Merge
 from cdcflow.connectors.lakehouse.delta.options import ApplyOptions
 from cdcflow.connectors.lakehouse.ingest import IngestConfig
 from cdcflow.connectors.lakehouse.spark_backend import SparkDeltaBackend, delta_jars
@@ -122,9 +123,9 @@ def test_delta_itself_skips_a_merge_whose_batch_the_table_has(spark: SparkSessio
     version = table.version()
     source = pa.table({"id": pa.array([9], pa.int32()), "name": ["x"], "_cdcflow_op": ["U"]})
 
-    assert table.merge(source, ["id"], "app", 0) == version
+    assert table.merge(Merge(source, ["id"], "app", 0)) == version
     assert 9 not in rows_by_spark(spark, tmp_path / "table")
-    assert table.merge(source, ["id"], "app", 1) == version + 1
+    assert table.merge(Merge(source, ["id"], "app", 1)) == version + 1
     assert rows_by_deltalake(tmp_path / "table")[9] == ("x", None)
     for session in (spark, backend.spark):
         assert session.conf.get("spark.databricks.delta.write.txnAppId", None) is None, "the setting leaked"
