@@ -3,9 +3,11 @@
 - Every ``cdcflow ...``, ``python -m cdcflow ...`` and ``bash scripts/run.sh ...`` line of a code block
   (``\\`` continuations joined; also the arguments after ``cdcflow.__main__`` of a ``spark-submit``)
   parses with ``cdcflow.cli.parser()`` and uses no deprecated spelling.
-- The commands that need nothing but this repository run from its root as ``python -m cdcflow ...``
-  (the Spark ones marked ``integration``; ``--target`` / ``--checkpoint`` redirected into a temporary
-  directory).
+- The commands that need nothing but this repository run from its root (the Spark ones marked
+  ``integration``; ``--target`` / ``--checkpoint`` redirected into a temporary directory): in the test's
+  process through ``cdcflow.cli.main`` on the session's SparkSession (``tests/cli_runner.py``), but for
+  one run per command (``inspect``, ``record``, ``stream``, ``ingest``) as ``python -m cdcflow ...``, a
+  child process as its user starts it (``PROCESS_RUNS``).
 - The commands that need Kafka run against the test session's broker (``kafka_cluster``, marked
   ``integration``), on topics filled with real Debezium envelopes beforehand, with the adaptations
   listed in ``KAFKA_ADAPTATIONS`` and nothing else; ``--trigger continuous`` stays continuous (new
@@ -44,7 +46,9 @@ import pytest
 # The session Kafka cluster fixture lives with the connector tests.
 sys.path.insert(0, str(Path(__file__).resolve().parent / "connectors"))
 
+from cli_runner import run_cli_in_process  # noqa: E402
 from kafka_fixture import KafkaCluster, kafka_cluster, unique_topic  # noqa: E402, F401 - a session fixture
+from spark_fixture import spark  # noqa: E402, F401 - a session fixture: the in-process runs use it
 
 from cdcflow.formats import Message  # noqa: E402
 
@@ -245,7 +249,7 @@ def _recorded_outputs() -> dict[str, Command]:
 
 def _disposition(command: Command, seen: dict[tuple[str, ...], Command]) -> Disposition:
     args = command.args
-    spark = args[0] in {"stream", "ingest"}
+    uses_spark = args[0] in {"stream", "ingest"}
     if command.spark_submit:
         return Disposition(command, "spark-submit on a cluster (tests/connectors/cluster/test_deploy.py)")
     if "--help" in args or "-h" in args:
@@ -256,7 +260,7 @@ def _disposition(command: Command, seen: dict[tuple[str, ...], Command]) -> Disp
         also = f" and a Kafka broker ({servers})" if servers else ""
         return Disposition(command, f"needs object storage ({', '.join(where)}){also}")
     if args[0] == "record" or servers:
-        return Disposition(command, spark=spark, kafka=True)
+        return Disposition(command, spark=uses_spark, kafka=True)
     config = _flag(args, "--config")
     if config and not (ROOT / config).exists():
         return Disposition(command, f"{config} is the reader's own settings file")
@@ -264,13 +268,13 @@ def _disposition(command: Command, seen: dict[tuple[str, ...], Command]) -> Disp
     if path and path != "-" and not (ROOT / path).exists():
         recorder = _recorded_outputs().get(path)
         if recorder is not None:
-            return Disposition(command, spark=spark, kafka=True, recorder=recorder)
+            return Disposition(command, spark=uses_spark, kafka=True, recorder=recorder)
         return Disposition(command, f"{path} stands for the reader's own file")
     key = _redirected(args, Path("TMP"))
     if key in seen:
         return Disposition(command, f"the same command as {seen[key].id}, run there")
     seen[key] = command
-    return Disposition(command, spark=spark)
+    return Disposition(command, spark=uses_spark)
 
 
 def _redirected(args: tuple[str, ...], tmp: Path) -> tuple[str, ...]:
@@ -305,10 +309,41 @@ def test_every_command_runs_or_is_skipped_for_a_reason() -> None:
     assert (counts["run"], counts["skip"]) == (EXPECTED_RUN, EXPECTED_SKIPPED), table
 
 
+def _continuous(command: Command) -> bool:
+    return _flag(command.args, "--trigger") == "continuous"
+
+
+def _process_runs() -> frozenset[str]:
+    """The commands that run as a ``python -m cdcflow`` child process (by id); the others run in the
+    test's process (``tests/cli_runner.py``). A ``--trigger continuous`` one is stopped with Ctrl-C and
+    must exit 130: always a process. Each command of the command line runs as a process at least once
+    (a smoke test of the entry point, its exit code and output): the first of the docs when none of its
+    runs is a continuous one."""
+    runs = [d for d in DISPOSITIONS if not d.skip]
+    chosen = {d.command.id for d in runs if _continuous(d.command)}
+    for name in dict.fromkeys(d.command.args[0] for d in runs):
+        mine = [d.command for d in runs if d.command.args[0] == name]
+        if not any(c.id in chosen for c in mine):
+            chosen.add(mine[0].id)
+    return frozenset(chosen)
+
+
+PROCESS_RUNS = _process_runs()
+
+
+def test_every_command_runs_as_a_process_at_least_once() -> None:
+    """The docs' commands run in-process but for a ``python -m cdcflow`` smoke run of each command."""
+    ran = {d.command.args[0] for d in DISPOSITIONS if d.command.id in PROCESS_RUNS}
+    assert ran == {"inspect", "record", "stream", "ingest"}, sorted(PROCESS_RUNS)
+    assert all(d.command.id in PROCESS_RUNS for d in DISPOSITIONS if _continuous(d.command))
+
+
 def _params() -> list[Any]:
     params = []
     for d in DISPOSITIONS:
         marks = [pytest.mark.integration] if d.spark or d.kafka else []
+        if d.command.id in PROCESS_RUNS:
+            marks.append(pytest.mark.process)
         params.append(pytest.param(d, marks=marks, id=f"{d.command.id}-{d.command.args[0]}"))
     return params
 
@@ -320,14 +355,34 @@ def _claims(comment: str) -> list[str]:
     return claims
 
 
-def _run_cli(args: tuple[str, ...], spark: bool) -> subprocess.CompletedProcess[str]:
+Run = Callable[[tuple[str, ...]], subprocess.CompletedProcess[str]]
+"""How a test runs a docs command: as a child process, or in-process (:func:`_runner`)."""
+
+
+def _runner(disposition: Disposition, session: Any) -> Run:
+    """Run the command of ``disposition`` as a process (``PROCESS_RUNS``) or in the test's process, from
+    the repository's root; a command it reads the output of (``recorder``) runs in-process."""
+    process = disposition.command.id in PROCESS_RUNS
+
+    def run(args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+        if process and args[0] == disposition.command.args[0]:
+            return _run_cli(args, disposition.spark)
+        uses_spark = args[0] in {"stream", "ingest"}
+        return run_cli_in_process(
+            *args, spark=session if uses_spark else None, cwd=ROOT, timeout=600 if uses_spark else 120
+        )
+
+    return run
+
+
+def _run_cli(args: tuple[str, ...], uses_spark: bool) -> subprocess.CompletedProcess[str]:
     return subprocess.run(  # noqa: S603 - our own module, the docs' arguments
         [sys.executable, "-m", "cdcflow", *args],
         capture_output=True,
         text=True,
         cwd=ROOT,
         stdin=subprocess.DEVNULL,
-        timeout=600 if spark else 120,
+        timeout=600 if uses_spark else 120,
         check=False,
     )
 
@@ -340,15 +395,21 @@ def _summary_without_dead_letters(stderr: str, status: str) -> bool:
 
 
 @pytest.mark.parametrize("disposition", _params())
-def test_command_runs(disposition: Disposition, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+def test_command_runs(
+    disposition: Disposition,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    spark: Any,  # noqa: F811 - the session fixture
+) -> None:
     command = disposition.command
     if disposition.skip:
         pytest.skip(disposition.skip)
+    run_cli = _runner(disposition, spark)
     if disposition.kafka:
-        _run_with_kafka(disposition, request.getfixturevalue("kafka_cluster"), tmp_path)
+        _run_with_kafka(disposition, request.getfixturevalue("kafka_cluster"), tmp_path, run_cli)
         return
     args = _redirected(command.args, tmp_path)
-    result = _run_cli(args, disposition.spark)
+    result = run_cli(args)
     shown = f"{command.id}: {command.text}\nout:\n{result.stdout[-3000:]}\nerr:\n{result.stderr[-3000:]}"
     assert result.returncode == 0, shown
     assert result.stdout.strip(), shown
@@ -595,11 +656,11 @@ def _produce(cluster: KafkaCluster, messages: list[Message]) -> None:
         assert produce_messages(cluster.bootstrap_servers, mine, topic) == len(mine)
 
 
-def _run_with_kafka(disposition: Disposition, cluster: KafkaCluster, tmp: Path) -> None:
+def _run_with_kafka(disposition: Disposition, cluster: KafkaCluster, tmp: Path, run_cli: Run) -> None:
     command = disposition.command
     if disposition.recorder is not None:  # record first, then read what it wrote
         recorded = _kafka_run(disposition.recorder.args, tmp, cluster.bootstrap_servers)
-        output = _record(disposition.recorder, recorded, cluster)
+        output = _record(disposition.recorder, recorded, cluster, run_cli)
         args = _pairs(command.args)
         args[args.index("--path") + 1] = str(output)
         run = KafkaRun(_redirected(tuple(args), tmp), adaptations=recorded.adaptations)
@@ -610,24 +671,24 @@ def _run_with_kafka(disposition: Disposition, cluster: KafkaCluster, tmp: Path) 
 
         run.planned = list(read_messages(str(output)))
         run.source = f"{output} ({recorded.source})"
-        _check_changelog_or_table(command, run, _run_cli(run.args, disposition.spark), tmp)
+        _check_changelog_or_table(command, run, run_cli(run.args), tmp)
         return
     run = _kafka_run(command.args, tmp, cluster.bootstrap_servers)
     if run.args[0] == "record":
-        _record(command, run, cluster)
+        _record(command, run, cluster, run_cli)
     elif _flag(run.args, "--trigger") == "continuous":
         _run_continuous(command, run, cluster, tmp)
     else:
         _create_and_produce(cluster, run, run.planned)
-        _check_changelog_or_table(command, run, _run_cli(run.args, disposition.spark), tmp)
+        _check_changelog_or_table(command, run, run_cli(run.args), tmp)
 
 
-def _record(command: Command, run: KafkaRun, cluster: KafkaCluster) -> Path:
+def _record(command: Command, run: KafkaRun, cluster: KafkaCluster, run_cli: Run) -> Path:
     """Run a docs `record` and check its dump holds what the topics hold from the start offsets on."""
     from cdcflow.connectors.replay.dumps import read_messages
 
     _create_and_produce(cluster, run, run.planned)
-    result = _run_cli(run.args, spark=False)
+    result = run_cli(run.args)
     shown = run.shown(command, result)
     assert result.returncode == 0, shown
     assert "deprecated" not in result.stderr and "Traceback" not in result.stderr, shown

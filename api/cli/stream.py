@@ -64,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
         check_local_dir,
         check_source,
         local_session,
+        session_is_active,
         spark_errors,
         stream_changelog,
     )
@@ -92,11 +93,13 @@ def run(args: argparse.Namespace) -> int:
         check_local_dir(args.checkpoint, "--checkpoint")
     check_source(source, options)
     with tempfile.TemporaryDirectory(prefix="cdcflow-checkpoint-") as scratch:
+        started = not session_is_active()
         spark = local_session()
         try:
             with spark_errors():
                 batches = stream_changelog(spark, source, options, args.checkpoint or scratch)
         finally:
-            spark.stop()
+            if started:  # a session the caller had (a notebook's) stays theirs
+                spark.stop()
     print(f"cdcflow: {batches} micro-batch(es) read by {source}", file=sys.stderr)
     return 0

@@ -39,7 +39,7 @@ from cdcflow.connectors.lakehouse.ingest_defaults import (
     metadata_of,
     source_links,
 )
-from cdcflow.connectors.lakehouse.sink import DeltaSink, SinkProgress, apply_options
+from cdcflow.connectors.lakehouse.sink import DeltaSink, Progress, apply_options
 from cdcflow.connectors.spark.accounting import CountsSince, MessageCounts
 from cdcflow.formats.redact import redacted_repr
 from cdcflow.formats.registry import resolve_format
@@ -202,7 +202,7 @@ def _source_names() -> dict[str, str]:
 @dataclass
 class IngestSummary:
     batches: int
-    progress: SinkProgress
+    progress: Progress
     seconds: float
     table_version: int | None
     table_rows: int | None
@@ -247,7 +247,7 @@ def _counted(counts: list[tuple[int, str]]) -> str:
     return ", ".join(f"{count:,} {what}" for count, what in counts if count)
 
 
-def _applied_counts(p: SinkProgress) -> list[tuple[int, str]]:
+def _applied_counts(p: Progress) -> list[tuple[int, str]]:
     t = p.totals
     return [
         (t.upserts, "upserted"),
@@ -376,7 +376,7 @@ def _ingest(
     ended = time.monotonic()
     summary = IngestSummary(
         batches=sink.progress.batches,
-        progress=sink.progress,
+        progress=sink.progress.now,
         seconds=ended - started,
         table_version=table.version() if table is not None else None,
         table_rows=table.count() if table is not None else None,
@@ -634,23 +634,26 @@ def _show_progress(
     shown: int,
     final: bool = False,
 ) -> int:
-    """The progress line, when batches were applied since the ``shown`` one; returns the batches shown.
-    The sink reports a batch before Spark's progress does: until the query's progress covers it (or the
-    query ended) the line waits, so that it carries the lag after that batch."""
-    progress = gate.sink.progress
-    if progress.batches == shown:
+    """A line per batch applied since the first ``shown`` ones; returns the batches shown. The sink
+    reports a batch before Spark's progress does: until the query's progress covers it (or the query
+    ended) its line waits, so that it carries the lag after that batch."""
+    pending = gate.sink.progress.after(shown)
+    if not pending:
         return shown
-    if not final and progress.last is not None and _reported_batch(query) < progress.last.batch_id:
-        return shown
+    reported, lag = _reported_batch(query), _lag(query.lastProgress)
     since = None if gate.first_started is None else time.monotonic() - gate.first_started
     committed = counts.committed() if counts is not None else None
-    out.write(progress_line(progress, since, _lag(query.lastProgress), committed) + "\n")
+    for progress in pending:
+        if not final and progress.last is not None and reported < progress.last.batch_id:
+            break
+        out.write(progress_line(progress, since, lag, committed) + "\n")
+        shown = progress.batches
     out.flush()
-    return progress.batches
+    return shown
 
 
 def progress_line(
-    progress: SinkProgress, seconds: float | None, lag: str | None, messages: MessageCounts | None = None
+    progress: Progress, seconds: float | None, lag: str | None, messages: MessageCounts | None = None
 ) -> str:
     """``batches: 3, changes: 1,200 (400 changes/s), upserted: 1,000, ...``: non-zero counts only, the
     rate over ``seconds`` (since the first batch started), ``messages`` those of committed batches."""

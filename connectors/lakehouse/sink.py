@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -59,23 +60,57 @@ def checkpoint_query_id(checkpoint: str, storage: Storage = LOCAL) -> str:
         ) from None
 
 
-@dataclass
-class SinkProgress:
-    """Totals over the batches a sink applied in this process (read by the progress line)."""
+@dataclass(frozen=True)
+class Progress:
+    """Totals over the batches a sink applied in this process, up to one of them."""
 
     batches: int = 0
     skipped: int = 0
     totals: BatchApplied = field(default_factory=lambda: BatchApplied(-1))
     """the counts of every batch added up; ``seconds``: the time spent applying"""
     last: BatchApplied | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def plus(self, applied: BatchApplied) -> Progress:
+        return Progress(
+            self.batches + 1, self.skipped + int(applied.skipped), self.totals.plus(applied), applied
+        )
+
+
+class SinkProgress:
+    """The sink's :class:`Progress` (read by the progress line), also as it was after each recent batch."""
+
+    RECENT = 64
+
+    def __init__(self) -> None:
+        self.now = Progress()
+        self._recent: deque[Progress] = deque(maxlen=self.RECENT)
+        self._lock = threading.Lock()
 
     def add(self, applied: BatchApplied) -> None:
-        with self.lock:
-            self.batches += 1
-            self.skipped += int(applied.skipped)
-            self.totals = self.totals.plus(applied)
-            self.last = applied
+        with self._lock:
+            self.now = self.now.plus(applied)
+            self._recent.append(self.now)
+
+    def after(self, shown: int) -> list[Progress]:
+        """The progress after each recent batch past the first ``shown`` batches, in order."""
+        with self._lock:
+            return [p for p in self._recent if p.batches > shown]
+
+    @property
+    def batches(self) -> int:
+        return self.now.batches
+
+    @property
+    def skipped(self) -> int:
+        return self.now.skipped
+
+    @property
+    def totals(self) -> BatchApplied:
+        return self.now.totals
+
+    @property
+    def last(self) -> BatchApplied | None:
+        return self.now.last
 
 
 class DeltaSink:

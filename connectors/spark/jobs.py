@@ -134,6 +134,13 @@ def check_source(source: str, options: Mapping[str, str]) -> None:
         kafka_admin.discover_partitions(plan.input.options)
 
 
+def session_is_active() -> bool:
+    """A SparkSession is active in this process (a notebook's, a job's, or spark-submit's)."""
+    from pyspark.sql import SparkSession
+
+    return SparkSession.getActiveSession() is not None
+
+
 def local_session(app_name: str = "cdcflow", config: Mapping[str, str] | None = None) -> SparkSession:
     """A local[2] session whose Python workers run this interpreter (cdcflow is importable there).
 
@@ -231,9 +238,10 @@ def stream_changelog(
     source: str,
     options: Mapping[str, str],
     checkpoint: str,
-    out: TextIO = sys.stdout,
+    out: TextIO | None = None,
 ) -> int:
-    """Run the query to the end of the input available now; returns the number of micro-batches."""
+    """Run the query to the end of the input available now, printing the changelog to ``out`` (default:
+    ``sys.stdout`` as it is then); returns the number of micro-batches."""
     given = {key.lower(): value for key, value in options.items()}
     metadata = [m.strip() for m in given.get("metadata", "").split(",") if m.strip()]
     extra = [key for key in ORIGIN_COLUMNS if key not in metadata]
@@ -248,7 +256,7 @@ def stream_changelog(
         stream = spark.readStream.format(source).options(**{**options, **shown}).load()
     row_kind = given.get("rowkindcolumn", "_row_kind")
     query = (
-        stream.writeStream.foreachBatch(changelog_printer(row_kind, out, origin))
+        stream.writeStream.foreachBatch(changelog_printer(row_kind, out or sys.stdout, origin))
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
         .start()

@@ -1,4 +1,8 @@
-"""Hostile input and unreachable services at the command line: one clear line, never a traceback."""
+"""Hostile input and unreachable services at the command line: one clear line, never a traceback.
+
+inspect and record run through ``cdcflow.cli.main`` in the test's process (``tests/cli_runner.py``); the
+tests about what the Spark commands print before and instead of Spark's output (no session started, no
+JVM lines, Ctrl-C) run ``python -m cdcflow`` as a child process, whose whole stderr they read."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import run_cli_in_process
 from deltalake import DeltaTable
 from test_cli import run_cli
 
@@ -42,7 +47,7 @@ def test_invalid_utf8_is_a_dead_letter_and_the_good_lines_around_it_are_printed(
         b'{"before": null, "after": {"id": "\xff\xfe"}, "op": "c"}\n'
         b'{"before": null, "after": {"id": 3}, "op": "c"}\n'
     )
-    result = run_cli(*DEBEZIUM, *IGNORE, str(file))
+    result = run_cli_in_process(*DEBEZIUM, *IGNORE, str(file))
     assert result.returncode == 0, result.stderr
     assert result.stdout == "+I[1]\n+I[3]\n"
     assert f"dead letter {file}:2: " in result.stderr
@@ -59,7 +64,7 @@ def test_a_bare_carriage_return_is_data_and_line_numbers_stay_those_of_the_file(
         b"not json\n"
         b'{"before": null, "after": {"id": 4}, "op": "c"}\n'
     )
-    result = run_cli(*DEBEZIUM, *IGNORE, str(file))
+    result = run_cli_in_process(*DEBEZIUM, *IGNORE, str(file))
     assert result.returncode == 0, result.stderr
     assert result.stdout == "+I[1]\n+I[4]\n"
     dead = re.findall(r"dead letter \S+:(\d+):", result.stderr)
@@ -69,7 +74,7 @@ def test_a_bare_carriage_return_is_data_and_line_numbers_stay_those_of_the_file(
 def test_flat_records_with_invalid_utf8_name_the_line(tmp_path: Path) -> None:
     file = tmp_path / "flat.jsonl"
     file.write_bytes(b'{"op": "INSERT", "id": 1}\n{"op": "INSERT", "id": "\xff"}\n')
-    result = run_cli("inspect", "--path", str(file))
+    result = run_cli_in_process("inspect", "--path", str(file))
     assert result.returncode == 1
     assert result.stdout == "+I[1]\n"
     assert (
@@ -96,7 +101,7 @@ def test_schema_include_columns_come_from_the_first_message_with_a_schema_block(
     )
     file = tmp_path / "first-has-no-change.jsonl"
     file.write_bytes(first + b"\n" + recorded.read_bytes().splitlines()[0] + b"\n")
-    result = run_cli(
+    result = run_cli_in_process(
         "inspect",
         "--format",
         "debezium-json",
@@ -111,7 +116,7 @@ def test_schema_include_columns_come_from_the_first_message_with_a_schema_block(
 
 
 def test_inspect_takes_kafka_options_and_gives_up_on_an_unreachable_broker_after_the_timeout() -> None:
-    result = run_cli(
+    result = run_cli_in_process(
         *DEBEZIUM,
         "--bootstrap-servers",
         f"127.0.0.1:{closed_port()}",
@@ -134,7 +139,7 @@ def test_inspect_takes_kafka_options_and_gives_up_on_an_unreachable_broker_after
 def test_inspect_refuses_kafka_options_without_a_broker(tmp_path: Path) -> None:
     file = tmp_path / "in.jsonl"
     file.write_text("{}\n")
-    result = run_cli(*DEBEZIUM, "--option", "kafka.client.id=x", "--path", str(file))
+    result = run_cli_in_process(*DEBEZIUM, "--option", "kafka.client.id=x", "--path", str(file))
     assert result.returncode == 2
     assert (
         result.stderr == "cdcflow: Kafka options (kafka.*, startingOffsets, ...) need --bootstrap-servers\n"
@@ -142,7 +147,7 @@ def test_inspect_refuses_kafka_options_without_a_broker(tmp_path: Path) -> None:
 
 
 def test_record_gives_up_on_an_unreachable_broker_after_the_timeout(tmp_path: Path) -> None:
-    result = run_cli(
+    result = run_cli_in_process(
         "record",
         "--bootstrap-servers",
         f"127.0.0.1:{closed_port()}",
@@ -158,6 +163,7 @@ def test_record_gives_up_on_an_unreachable_broker_after_the_timeout(tmp_path: Pa
     assert_one_clean_error(result.stderr)
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("command", ["stream", "ingest"])
 def test_unknown_options_and_unreachable_kafka_fail_before_spark_starts(command: str, tmp_path: Path) -> None:
     kafka = ("--bootstrap-servers", f"127.0.0.1:{closed_port()}", "--topic", "orders", "--kafka-timeout", "2")
@@ -179,6 +185,7 @@ def test_unknown_options_and_unreachable_kafka_fail_before_spark_starts(command:
     assert "Spark" not in unknown.stderr + unreachable.stderr  # no session was started
 
 
+@pytest.mark.process
 @pytest.mark.parametrize("command", ["stream", "ingest"])
 def test_an_unwritable_checkpoint_is_named_before_spark_starts(command: str, tmp_path: Path) -> None:
     blocker = tmp_path / "a-file"
@@ -282,6 +289,7 @@ def test_decode_error_advice_names_options_the_source_accepts(tmp_path: Path) ->
 
 
 @pytest.mark.integration
+@pytest.mark.process
 def test_a_bad_record_in_ingest_is_one_line_naming_it(tmp_path: Path) -> None:
     recorded = tmp_path / "orders.jsonl"
     recorded.write_text(
@@ -311,6 +319,7 @@ def test_a_bad_record_in_ingest_is_one_line_naming_it(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
+@pytest.mark.process
 def test_ctrl_c_stops_a_file_ingest_between_batches_and_exits_130_saying_what_was_committed(
     tmp_path: Path,
 ) -> None:
@@ -373,7 +382,7 @@ def test_inspect_accounts_for_every_message(tmp_path: Path) -> None:
         '{"before": null, "after": {"id": "x"}, "op": "c"}\n'  # a dead letter
         '{"before": null, "after": {"id": 3}, "op": ["c"]}\n'  # a dead letter (op is a list)
     )
-    result = run_cli(*DEBEZIUM, *IGNORE, str(file))
+    result = run_cli_in_process(*DEBEZIUM, *IGNORE, str(file))
     assert result.returncode == 0, result.stderr
     assert (
         "cdcflow: 5 messages, 3 changes: 2 with changes, 2 dead letters (0 internal errors), "

@@ -1,17 +1,21 @@
 """One vocabulary of flags across inspect, stream, record and ingest; the old spellings still work for one
-release and say so on one line of stderr."""
+release and say so on one line of stderr. The commands run through ``cdcflow.cli.main`` in the test's
+process (``tests/cli_runner.py``); stream on the session's SparkSession."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from test_cli import run_cli
+from cli_runner import run_cli_in_process as run_cli
 
 from cdcflow.cli import parser
 from cdcflow.cli.common import CdcflowUsageError, kafka_timeout_option, merge_columns, parse_duration
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 DEBEZIUM_LINE = (
     '{"op": "c", "before": null, "after": {"id": 7, "name": "pen"}, '
@@ -179,7 +183,9 @@ def test_a_bad_kafka_timeout_is_a_usage_error() -> None:
 
 
 @pytest.mark.integration
-def test_stream_new_and_deprecated_spellings_print_the_same_changelog(tmp_path: Path) -> None:
+def test_stream_new_and_deprecated_spellings_print_the_same_changelog(
+    tmp_path: Path, spark: SparkSession
+) -> None:
     """``stream --path P --format canal-json --schema DDL`` and the old ``stream P --source cdc-canal
     --option columns=DDL`` read the same file to the same changelog; the old one warns once per spelling."""
     canal = tmp_path / "canal.jsonl"
@@ -192,11 +198,11 @@ def test_stream_new_and_deprecated_spellings_print_the_same_changelog(tmp_path: 
     schema = "id INT NOT NULL, name STRING"
     new = run_cli(
         "stream", "--path", str(canal), "--format", "canal-json", "--schema", schema, "--metadata", "table",
-        timeout=300,
+        spark=spark, timeout=300,
     )  # fmt: skip
     old = run_cli(
         "stream", str(canal), "--source", "cdc-canal",
-        "--option", f"columns={schema}", "--option", "metadata=table", timeout=300,
+        "--option", f"columns={schema}", "--option", "metadata=table", spark=spark, timeout=300,
     )  # fmt: skip
     assert new.returncode == old.returncode == 0, (new.stderr, old.stderr)
     lines = [line.split(" ", 1)[1] for line in new.stdout.splitlines()]
@@ -253,7 +259,7 @@ def test_ingest_refuses_the_columns_given_twice() -> None:
 
 
 @pytest.mark.integration
-def test_stream_of_a_table_with_a_line_column_keeps_it(tmp_path: Path) -> None:
+def test_stream_of_a_table_with_a_line_column_keeps_it(tmp_path: Path, spark: SparkSession) -> None:
     """A plain file's origin is printed as file:line only when no column has those names."""
     canal = tmp_path / "canal.jsonl"
     canal.write_text(
@@ -261,6 +267,6 @@ def test_stream_of_a_table_with_a_line_column_keeps_it(tmp_path: Path) -> None:
         '"pkNames": ["id"], "isDdl": false, "es": 1, "ts": 2}\n'
     )
     flags = ("--path", str(canal), "--format", "canal-json", "--schema", "id INT NOT NULL, line STRING")
-    result = run_cli("stream", *flags, timeout=300)
+    result = run_cli("stream", *flags, spark=spark, timeout=300)
     assert result.returncode == 0, result.stderr
     assert [line.split(" ", 1)[1] for line in result.stdout.splitlines()] == ["+I[1, a]"]

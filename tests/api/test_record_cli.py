@@ -1,4 +1,5 @@
-"""``python -m cdcflow record``: a topic dump from a Kafka cluster, as users run it."""
+"""``cdcflow record``: a topic dump from a Kafka cluster, as users run it (``python -m cdcflow record``, a
+child process) and through ``cdcflow.cli.main`` in the test's process (``tests/cli_runner.py``)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_runner import run_cli_in_process
 from test_cli import run_cli
 
 # The session Kafka cluster fixture lives with the connector tests.
@@ -49,7 +51,7 @@ def test_record_writes_a_dump_and_a_summary(kafka_cluster: KafkaCluster, tmp_pat
 
 
 def test_record_rejects_a_malformed_option_without_a_traceback(tmp_path: Path) -> None:
-    result = run_cli(
+    result = run_cli_in_process(
         "record", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t", "--option", "oops", "--output", "x"
     )
     assert result.returncode == 2  # a flag to fix (README: exit codes)
@@ -60,7 +62,7 @@ def test_record_rejects_a_malformed_option_without_a_traceback(tmp_path: Path) -
 
 def test_record_names_an_unreachable_cluster(tmp_path: Path) -> None:
     output = tmp_path / "never.jsonl"
-    result = run_cli(
+    result = run_cli_in_process(
         "record",
         "--bootstrap-servers",
         "127.0.0.1:1",
@@ -90,7 +92,7 @@ def test_record_says_what_failOnDataLoss_false_skipped(kafka_cluster: KafkaClust
     output = tmp_path / "topic.jsonl"
     flags = ["--topic", topic, "--output", str(output), "--option", "failOnDataLoss=false"]
     starting = '{"%s":{"0":0}}' % topic  # noqa: UP031 - JSON braces
-    result = run_cli(
+    result = run_cli_in_process(
         "record",
         "--bootstrap-servers",
         kafka_cluster.bootstrap_servers,

@@ -29,8 +29,14 @@ def spark_stack_config() -> dict[str, str]:
     return config
 
 
+_SESSION: list[SparkSession] = []
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    if _SESSION:  # the fixture registered again (a test module or conftest importing it): the same session
+        yield _SESSION[0]
+        return
     # The JVM starts the Python that PYSPARK_PYTHON names for its workers: this venv's.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -50,5 +56,9 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     with installed_pyspark_workers():
         session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+    _SESSION.append(session)
+    try:
+        yield session
+    finally:
+        _SESSION.clear()
+        session.stop()

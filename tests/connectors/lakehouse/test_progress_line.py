@@ -42,3 +42,24 @@ def test_the_last_line_of_an_ended_query_is_printed_without_spark_progress() -> 
     assert _show_progress(query, gate, out, None, 0, final=True) == 1  # type: ignore[arg-type]
     line = "cdcflow ingest: batches: 1, changes: 3, upserted: 2, deleted: 1, last batch: 10 ms\n"
     assert out.getvalue() == line
+
+
+def test_batches_applied_between_two_polls_get_a_line_each() -> None:
+    """Fast batches: three applied within one poll of the query print three lines, the first about
+    one batch (a run saw ``batches: 4`` on its first line); a batch Spark has not reported yet waits."""
+    sink = SimpleNamespace(progress=SinkProgress())
+    for batch_id in range(4):
+        sink.progress.add(BatchApplied(batch_id, changes=10, upserts=10, seconds=0.1))
+    gate = SimpleNamespace(sink=sink, first_started=None)
+    query = SimpleNamespace(lastProgress=_progress(2, latest=2 * 1024 * 1024))
+    out = io.StringIO()
+
+    assert _show_progress(query, gate, out, None, 0) == 3  # type: ignore[arg-type]
+    lines = out.getvalue().splitlines()
+    assert [line.split(", changes")[0] for line in lines] == [
+        "cdcflow ingest: batches: 1",
+        "cdcflow ingest: batches: 2",
+        "cdcflow ingest: batches: 3",
+    ]
+    assert "changes: 10, upserted: 10," in lines[0] and "changes: 30, upserted: 30," in lines[2]
+    assert all(line.endswith("lag: 1.0 MiB") for line in lines)
