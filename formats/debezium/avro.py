@@ -37,16 +37,16 @@ from cdcflow.formats.base import (
 )
 from cdcflow.formats.confluent import avro_types
 from cdcflow.formats.confluent.avro_serde import AvroReader, AvroWriter, WriterSchemas
-from cdcflow.formats.confluent.client import CLIENT_KEYS as _CLIENT_KEYS
 from cdcflow.formats.confluent.client import (
     CONNECTION_OPTIONS,
     HEADER_SIZE,
     MAGIC_BYTE,
     RegistryConfig,
+    registry_config,
     schema_id,
 )
-from cdcflow.formats.confluent.client import check_client as _check_client
 from cdcflow.formats.confluent.client import registry_client as registry_client  # re-exported
+from cdcflow.formats.confluent.registry_needs import require_subject, require_writer_schemas
 from cdcflow.formats.debezium.envelope import (
     CONTROL_OPS,
     DEBEZIUM_OPTIONS,
@@ -141,16 +141,9 @@ class DebeziumAvroConfig:
         cls, options: Mapping[str, str], schema: Schema | None, metadata: Sequence[str] = ()
     ) -> DebeziumAvroConfig:
         values = OPTIONS.parse(options)
-        registry = {_CLIENT_KEYS[k]: v for k, v in values.items() if k in _CLIENT_KEYS and v is not None}
-        if "bearer.auth.token" in registry:
-            registry["bearer.auth.credentials.source"] = "STATIC_TOKEN"
-        if registry and "url" not in registry:
-            raise FormatOptionError(
-                f"the Schema Registry options ({', '.join(sorted(registry))}) need '{NAME}.url'"
-            )
         config = cls(
             schema=schema,
-            registry=tuple(sorted(registry.items())),
+            registry=registry_config(values, NAME),
             subject=values["subject"],
             writer_schema=values["schema"],
             schema_id=values["schema-id"],
@@ -171,8 +164,6 @@ class DebeziumAvroConfig:
             output_schema(
                 schema, config.metadata, unavailable=config.unavailable, key_columns=config.key_columns
             )
-        if config.url is not None:
-            _check_client(config.registry)
         return config
 
 
@@ -423,11 +414,7 @@ class DebeziumAvroFormat(FormatFactory):
         self, options: Mapping[str, str], schema: Schema | None = None, metadata: Sequence[str] = ()
     ) -> DebeziumAvroDecoder:
         config = DebeziumAvroConfig.from_options(options, schema, metadata)
-        if config.url is None and config.writer_schema is None:
-            raise FormatOptionError(
-                f"format '{NAME}' needs the writer schemas: set '{NAME}.url' to the Schema Registry, or "
-                f"'{NAME}.schema' to the writer schema (Avro JSON)"
-            )
+        require_writer_schemas(NAME, config, "Avro JSON")
         return DebeziumAvroDecoder(config)
 
     def create_encoder(
@@ -438,11 +425,7 @@ class DebeziumAvroFormat(FormatFactory):
         topic: str | None = None,
     ) -> DebeziumAvroEncoder:
         config = DebeziumAvroConfig.from_options(options, self.require_schema(schema))
-        if config.url is not None and config.schema_id is None and config.subject is None and topic is None:
-            raise FormatOptionError(
-                f"set '{NAME}.subject' to register the writer schema under (Flink's default is "
-                "'<topic>-value', and no topic was given)"
-            )
+        require_subject(NAME, config, topic, "Flink's default")
         # The Kafka key is registered under <topic>-key, as Confluent's serializer names it.
         key_subject = f"{topic}-key" if topic is not None and config.url is not None else None
         return DebeziumAvroEncoder(config, key_columns or config.key_columns, topic or "cdcflow", key_subject)

@@ -31,12 +31,13 @@ from cdcflow.formats.confluent.client import (
     registry_client,
     schema_id_of,
 )
+from cdcflow.formats.confluent.registry_needs import require_subject, require_writer_schemas
 from cdcflow.formats.debezium.envelope import METADATA, ChangeBuilder, metadata_values
 from cdcflow.formats.debezium.json import DebeziumJsonConfig, DebeziumJsonDecoder
 from cdcflow.formats.debezium.json_registry_config import NAME, OPTIONS, DebeziumJsonRegistryConfig
 from cdcflow.formats.debezium.json_registry_encoder import DebeziumJsonRegistryEncoder
 from cdcflow.formats.debezium.json_registry_writer import WriterSchema, parse_writer
-from cdcflow.formats.errors import FieldError, FormatOptionError, MissingDependencyError, SchemaError, excerpt
+from cdcflow.formats.errors import FieldError, MissingDependencyError, SchemaError, excerpt
 from cdcflow.formats.lru import SCHEMA_CACHE_SIZE, LruCache
 from cdcflow.formats.registry import FormatFactory
 from cdcflow.formats.types import Schema
@@ -210,11 +211,7 @@ class DebeziumJsonRegistryFormat(FormatFactory):
         self, options: Mapping[str, str], schema: Schema | None = None, metadata: Sequence[str] = ()
     ) -> DebeziumJsonRegistryDecoder:
         config = DebeziumJsonRegistryConfig.from_options(options, schema, metadata)
-        if config.url is None and config.writer_schema is None:
-            raise FormatOptionError(
-                f"format '{NAME}' needs the writer schemas: set '{NAME}.url' to the Schema Registry, or "
-                f"'{NAME}.schema' to the writer JSON Schema"
-            )
+        require_writer_schemas(NAME, config, "JSON Schema")
         return DebeziumJsonRegistryDecoder(config)
 
     def create_encoder(
@@ -225,11 +222,7 @@ class DebeziumJsonRegistryFormat(FormatFactory):
         topic: str | None = None,
     ) -> DebeziumJsonRegistryEncoder:
         config = DebeziumJsonRegistryConfig.from_options(options, self.require_schema(schema))
-        if config.url is not None and config.schema_id is None and config.subject is None and topic is None:
-            raise FormatOptionError(
-                f"set '{NAME}.subject' to register the writer schema under (the default is "
-                "'<topic>-value', and no topic was given)"
-            )
+        require_subject(NAME, config, topic, "the default")
         return DebeziumJsonRegistryEncoder(
             config, key_columns or config.envelope.key_columns, topic or "cdcflow"
         )
