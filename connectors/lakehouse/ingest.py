@@ -40,6 +40,7 @@ from cdcflow.connectors.lakehouse.ingest_defaults import (
     source_links,
 )
 from cdcflow.connectors.lakehouse.sink import DeltaSink, Progress, apply_options
+from cdcflow.connectors.spark import inferred_columns
 from cdcflow.connectors.spark.accounting import CountsSince, MessageCounts
 from cdcflow.formats.redact import redacted_repr
 from cdcflow.formats.registry import resolve_format
@@ -366,7 +367,7 @@ def _ingest(
         sink.bind(session)
         sink.recover()
         handoff_path = _handoff_path(config, session)
-        interrupted = _run(config, session, sink, gate, out, counts, origin, handoff_path)
+        interrupted = _run(config, plan, session, sink, gate, out, counts, origin, handoff_path)
         sink.drain()
     finally:
         sink.close()
@@ -498,6 +499,7 @@ def _legacy_batch_pending(storage: Storage, config: IngestConfig) -> bool:
 
 def _run(
     config: IngestConfig,
+    plan: ReadPlan,
     session: SparkSession,
     sink: DeltaSink,
     gate: _BatchGate,
@@ -514,6 +516,8 @@ def _run(
     from cdcflow.connectors.spark.jobs import spark_failure
 
     options = config.source_options()
+    if plan.inferred_columns is not None:  # the columns this run inferred: the query samples nothing again
+        options[inferred_columns.OPTION] = inferred_columns.encode(plan.inferred_columns)
     if origin_metadata:
         add_metadata(options, *origin_metadata)
     if handoff_path is not None:

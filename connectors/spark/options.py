@@ -61,6 +61,13 @@ CONNECTOR_OPTIONS: tuple[Option[Any], ...] = (
         "Without columns: columns added upstream (DDL), appended to those inferred from the first "
         "messages; the fix a schema-change error names (cdcflow ingest sets it by itself)",
     ),
+    Option(
+        "inferredColumns",
+        optional_string,
+        None,
+        "Without columns: the columns inferred from the first messages, as cdcflow ingest's own planning "
+        "found them (JSON; it sets this by itself, so the query does not sample the input again)",
+    ),
     Option("rowKindColumn", str, "_row_kind", "The column holding +I, -U, +U or -D"),
     Option(
         "metadata",

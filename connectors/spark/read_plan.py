@@ -16,6 +16,7 @@ from cdcflow.connectors.errors import ConnectorOptionError
 from cdcflow.connectors.kafka import admin as kafka_admin
 from cdcflow.connectors.kafka import options as kafka_options
 from cdcflow.connectors.replay import dumps as replay
+from cdcflow.connectors.spark import inferred_columns
 from cdcflow.connectors.spark.arrow_types import schema_of_struct, struct_type
 from cdcflow.connectors.spark.metadata import CONNECTOR_METADATA, marked
 from cdcflow.connectors.spark.options import (
@@ -84,6 +85,9 @@ class ReadPlan:
     """``handoffPath``: where each input range's decoded rows go (:mod:`cdcflow.connectors.spark.handoff`);
     ``output`` is then the handoff rows' schema and ``changelog`` the decoded rows'."""
     changelog: st.StructType | None = None
+    inferred_columns: Schema | None = None
+    """The columns inferred from the first messages, without ``addedColumns`` (None: declared); the
+    query's own planning takes them as option ``inferredColumns`` instead of sampling again."""
 
 
 def plan_read(
@@ -110,7 +114,7 @@ def plan_read(
     columns = _declared_columns(
         options, user_schema, (row_kind, control), connector_metadata, format_metadata
     )
-    decoder = _decoder(factory, format_options, columns, format_metadata, source, options)
+    decoder, inferred = _decoder(factory, format_options, columns, format_metadata, source, options)
     decoded: Schema = decoder.schema
     output = struct_type(decoded)
     for key in connector_metadata:
@@ -160,6 +164,7 @@ def plan_read(
         accounting_path=_local_directory(options, "accountingPath"),
         handoff_path=handoff,
         changelog=changelog,
+        inferred_columns=inferred,
     )
 
 
@@ -293,7 +298,8 @@ def _decoder(
     metadata: tuple[str, ...],
     source: ReplayInput | KafkaInput | FrameInput,
     options: SplitOptions,
-) -> Decoder:
+) -> tuple[Decoder, Schema | None]:
+    """The decoder, and the columns inferred from the first messages (None: declared)."""
     try:
         decoder = factory.create_decoder(format_options, columns, metadata)
     except FormatOptionError as error:
@@ -310,11 +316,17 @@ def _decoder(
                 "option 'addedColumns' widens inferred columns, but the columns are declared: add the new "
                 "columns to the declared ones instead"
             )
-        return decoder
-    inferred = _with_added(_physical(_infer(decoder, source), factory, metadata), added)
+        return decoder, None
+    handed = options.get(inferred_columns.OPTION)
+    found = (
+        inferred_columns.decode(handed)
+        if handed is not None
+        else _physical(_infer(decoder, source), factory, metadata)
+    )
     # Pin the inferred columns: every executor decodes against the same schema, and a message with
     # more columns stops the read (SchemaChangedError) instead of losing them.
-    return factory.create_decoder(format_options, inferred, metadata).failing_on_new_columns()
+    pinned = factory.create_decoder(format_options, _with_added(found, added), metadata)
+    return pinned.failing_on_new_columns(), found
 
 
 def _with_added(inferred: Schema, added: str | None) -> Schema:

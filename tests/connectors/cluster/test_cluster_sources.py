@@ -90,17 +90,18 @@ class OnCluster:
         assert_both_executors_ran_tasks(self.cluster, self.app, stages)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def on_cluster(
     standalone: StandaloneCluster,
     kafka_cluster: KafkaCluster,
     spark: SparkSession,
-    products: ProductsTopic,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> OnCluster:
     """The file read, the Kafka read and the sink write of this module's tests, run on the cluster as
     one application (one driver and one set of executors for the three, not one per test); the same in
-    the local session while it runs."""
+    the local session while it runs. Once per session: xdist may run another cluster test between this
+    module's tests, and a module fixture would then run the application again."""
+    products = ProductsTopic(kafka_cluster)
     workdir = tmp_path_factory.mktemp("cluster_sources")
     bootstrap = kafka_cluster.bootstrap_servers
     sink_topic, local_topic = unique_topic("cluster-sink"), unique_topic("local-sink")

@@ -26,6 +26,7 @@ from cdcflow.connectors.lakehouse import ingest as ingest_module
 from cdcflow.connectors.lakehouse import ingest_defaults
 from cdcflow.connectors.lakehouse.checkpoint_lease import LEASE_DIR, STALE_AFTER_S, CheckpointLease
 from cdcflow.connectors.lakehouse.delta.control import OnTruncate
+from cdcflow.connectors.lakehouse.delta.result import BatchApplied
 from cdcflow.connectors.lakehouse.delta.storage import Storage
 from cdcflow.connectors.lakehouse.ingest import IngestConfig, IngestSummary, ingest
 from cdcflow.connectors.lakehouse.ingest_defaults import (
@@ -33,7 +34,7 @@ from cdcflow.connectors.lakehouse.ingest_defaults import (
     DEFAULT_MAX_OFFSETS_PER_TRIGGER,
     LEGACY_FILE_RECORDS_PER_PARTITION,
 )
-from cdcflow.connectors.lakehouse.sink import SinkProgress
+from cdcflow.connectors.lakehouse.sink import Progress
 from cdcflow.connectors.spark import readers
 from cdcflow.core import CdcflowError, Change, RowKind
 
@@ -193,7 +194,8 @@ def test_ingest_reads_bounded_micro_batches_by_default() -> None:
 
 def test_the_summary_shows_truncates_control_events_and_unfilled_values() -> None:
     """What the driver counted is printed, not left to a log line the user may never see."""
-    progress = SinkProgress(batches=3, truncates=1, control_events=2, unavailable_unfilled=4, restarts=5)
+    counted = BatchApplied(2, truncates=1, control_events=2, unavailable_unfilled=4, restarts=5)
+    progress = Progress(batches=3, totals=counted, last=counted)
     text = str(IngestSummary(3, progress, 1.0, 7, 10))
     assert "5 restarted positions" in text
     assert "1 truncate(s), 2 other control event(s) skipped, 4 unavailable value(s) left NULL" in text

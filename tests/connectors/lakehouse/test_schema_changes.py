@@ -17,8 +17,10 @@ from pyspark.sql import SparkSession
 from cdcflow.connectors.errors import ConnectorOptionError, SchemaChangedError, schema_change
 from cdcflow.connectors.lakehouse.ingest import IngestConfig, ingest
 from cdcflow.connectors.replay.dumps import write_dump
+from cdcflow.connectors.spark import inferred_columns
 from cdcflow.connectors.spark.read_plan import plan_read
 from cdcflow.formats import Message
+from cdcflow.formats.types import DataType, Field, Schema, TypeKind, atomic, parse_ddl
 
 TOPIC = "shop.inventory.items"
 _ID = {"field": "id", "type": "int32", "optional": False}
@@ -167,3 +169,35 @@ def test_the_error_carries_its_columns_through_spark_text_and_added_columns_wide
     assert list(plan.decoded_columns.names)[:4] == ["id", "name", "note", "unit price"]
     with pytest.raises(ConnectorOptionError, match="addedColumns"):
         plan_read("debezium-json", {**options, "columns": "id INT", "addedColumns": columns}, None)
+
+
+def test_the_query_takes_the_columns_ingest_inferred_and_samples_nothing(tmp_path: Path) -> None:
+    """ingest plans its read once on the driver and hands the inferred columns to the query's planning
+    (option inferredColumns): an input with no message to infer from plans the same read with them,
+    and addedColumns still widens them. Lossless, also for types DDL cannot say."""
+    _dump(tmp_path / "a.dump", FIRST, {}, 0)
+    options = {"path": str(tmp_path / "a.dump"), "schema-include": "true"}
+    plan = plan_read("debezium-json", options, None)
+    assert plan.inferred_columns is not None and list(plan.inferred_columns.names) == ["id", "name"]
+    assert (
+        plan_read("debezium-json", {**options, "columns": "id INT, name STRING"}, None).inferred_columns
+        is None
+    )
+
+    write_dump(tmp_path / "empty.dump", [])
+    empty = {"path": str(tmp_path / "empty.dump"), "schema-include": "true"}
+    with pytest.raises(ConnectorOptionError, match="found no message to infer the columns from"):
+        plan_read("debezium-json", empty, None)  # sampling would be needed: there is nothing to sample
+    handed = {**empty, inferred_columns.OPTION: inferred_columns.encode(plan.inferred_columns)}
+    again = plan_read("debezium-json", handed, None)
+    assert again.output == plan.output and again.decoded_columns == plan.decoded_columns
+    assert again.inferred_columns == plan.inferred_columns
+    widened = plan_read("debezium-json", {**handed, "addedColumns": "note STRING"}, None)
+    assert list(widened.decoded_columns.names)[:3] == ["id", "name", "note"]
+
+    tricky = parse_ddl("a DECIMAL(12, 2) NOT NULL, b ARRAY<STRUCT<x: INT, y: TIMESTAMP(3)>>")
+    tricky = Schema((*tricky, Field("v", DataType(TypeKind.DECIMAL, precision=38, scale=None))))
+    tricky = Schema((*tricky, Field("t", atomic(TypeKind.TIMESTAMP_LTZ, 3), nullable=False)))
+    assert inferred_columns.decode(inferred_columns.encode(tricky)) == tricky
+    with pytest.raises(ConnectorOptionError, match="inferredColumns"):
+        plan_read("debezium-json", {**empty, inferred_columns.OPTION: "id INT"}, None)
