@@ -10,7 +10,8 @@ from cdcflow.connectors.lakehouse.delta.control import OnTruncate
 from cdcflow.connectors.lakehouse.delta.history import DeltaHistoryWriter, HistoryResult
 from cdcflow.connectors.lakehouse.delta.options import Materialize
 from cdcflow.connectors.lakehouse.delta.result import BatchApplied
-from cdcflow.connectors.lakehouse.ingest import IngestConfig, IngestSummary, ingest
+from cdcflow.connectors.lakehouse.ingest import IngestConfig, ingest
+from cdcflow.connectors.lakehouse.ingest_report import IngestSummary
 from cdcflow.connectors.lakehouse.sink import DeltaSink, apply_changes
 from cdcflow.connectors.lakehouse.versioned_frames import as_of as history_as_of
 from cdcflow.connectors.lakehouse.versioned_frames import latest_by_key, read_delta, temporal_join

@@ -28,12 +28,13 @@ from cdcflow.connectors.lakehouse.checkpoint_lease import LEASE_DIR, STALE_AFTER
 from cdcflow.connectors.lakehouse.delta.control import OnTruncate
 from cdcflow.connectors.lakehouse.delta.result import BatchApplied
 from cdcflow.connectors.lakehouse.delta.storage import Storage
-from cdcflow.connectors.lakehouse.ingest import IngestConfig, IngestSummary, ingest
+from cdcflow.connectors.lakehouse.ingest import IngestConfig, ingest
 from cdcflow.connectors.lakehouse.ingest_defaults import (
     DEFAULT_MAX_BYTES_PER_TRIGGER,
     DEFAULT_MAX_OFFSETS_PER_TRIGGER,
     LEGACY_FILE_RECORDS_PER_PARTITION,
 )
+from cdcflow.connectors.lakehouse.ingest_report import IngestSummary
 from cdcflow.connectors.lakehouse.sink import Progress
 from cdcflow.connectors.spark import readers
 from cdcflow.core import CdcflowError, Change, RowKind
