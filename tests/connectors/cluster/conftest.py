@@ -14,6 +14,7 @@ for folder in (_TESTS / "connectors", _TESTS / "connectors" / "lakehouse", _TEST
         sys.path.insert(0, str(folder))
 
 from connect_server import ConnectServer  # noqa: E402
+from sources_app import on_cluster  # noqa: E402, F401 - the session fixture
 from standalone import StandaloneCluster  # noqa: E402
 
 

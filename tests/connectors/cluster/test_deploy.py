@@ -14,8 +14,8 @@ import pytest
 from delta_fold import deltalake_rows, fold, parse_line, rendered_rows
 from pyspark.sql import SparkSession
 from source_cases import EXCLUDE, GOLDEN_ROWS, LINE_OF_ROW, PRODUCTS, SCHEMA
+from sources_app import assert_both_executors_ran_tasks
 from standalone import StandaloneCluster, spark_env
-from test_cluster_sources import assert_both_executors_ran_tasks
 
 from cdcflow.connectors.lakehouse.ingest import IngestConfig, ingest
 

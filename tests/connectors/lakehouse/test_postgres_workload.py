@@ -349,6 +349,9 @@ def test_recorded_workload_lands_as_postgres_has_it(
     finally:
         spark.streams.removeListener(runs)
     assert summary.batches >= 5 and len(applied) >= 5, summary
+    if place.bucket is not None:  # Spark's checkpoint and the app id went to the bucket, not to a folder
+        assert place.bucket.keys("checkpoint/commits/") and place.bucket.keys("checkpoint/cdcflow-app-id")
+        assert sorted(p.name for p in tmp_path.iterdir()) == [dump.name]
     assert_batches_and_partitions(place.local("checkpoint", tmp_path / "copy"), dump, options)
     # Spark runs a streaming query's jobs in a job group named by its run id: their stages' task
     # counts are the input partitions each micro-batch was read with.
