@@ -51,6 +51,11 @@ def fold(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     return table
 
 
+SPLIT_RECORDS = "10"
+"""4 kB splits (400 bytes a record): most of the 16 recorded messages (9 kB on average) in a partition of
+their own, without hundreds of empty tasks."""
+
+
 def test_state_store_fills_what_a_partition_decoder_cannot(spark: SparkSession, tmp_path: Path) -> None:
     messages = recorded()
     dump = tmp_path / "cdc_types.dump.jsonl"
@@ -72,7 +77,7 @@ def test_state_store_fills_what_a_partition_decoder_cannot(spark: SparkSession, 
             .options(**FORMAT)
             .option("unavailable-values", "report")
             .option("metadata", "unavailable-columns,source.sequence")
-            .option("maxRecordsPerPartition", "1")
+            .option("maxRecordsPerPartition", SPLIT_RECORDS)
             .option("maxBytesPerTrigger", "40000")
             .load(str(dump))
         )
@@ -107,7 +112,7 @@ def test_batch_dataframes_are_filled_per_key_in_sequence(spark: SparkSession, tm
         .options(**FORMAT)
         .option("unavailable-values", "report")
         .option("metadata", "unavailable-columns,source.sequence")
-        .option("maxRecordsPerPartition", "1")
+        .option("maxRecordsPerPartition", SPLIT_RECORDS)
         .load(str(dump))
     )
     rows = fill_unavailable(changes, ["id"], sequence_by=["source_sequence"]).toArrow().to_pylist()
