@@ -39,27 +39,12 @@ def _kind(item: pytest.Item) -> str | None:
     return "spark" if "spark" in fixtures else "unit"
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the group marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         kind = _kind(item)
         if kind is not None:
             item.add_marker(kind)
         item.add_marker(pytest.mark.xdist_group(_group(item)))
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Under ``--dist loadgroup`` each test's node id ends with its group (pytest-xdist adds it); if not,
-    the groups are silently ignored and every worker starts every service (a pytest that pytest-xdist
-    cannot suffix: pyproject pins it)."""
-    if getattr(session.config.option, "loadgroup", False) and any(
-        "@" not in item.nodeid for item in session.items
-    ):
-        raise pytest.UsageError(
-            f"pytest-xdist's --dist loadgroup did not group the tests (pytest {pytest.__version__}): "
-            "install the pytest pyproject.toml's dev extra names"
-        )
 
 
 def _group(item: pytest.Item) -> str:
