@@ -1,6 +1,8 @@
+import logging
 import os
 import sys
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,12 +41,48 @@ def _kind(item: pytest.Item) -> str | None:
     return "spark" if "spark" in fixtures else "unit"
 
 
+@pytest.fixture(autouse=True)
+def _logging_as_it_was() -> Iterator[None]:
+    """The ``cdcflow`` loggers as the test found them: a command run through ``cdcflow.cli.main`` gives the
+    ``cdcflow`` logger a handler on the stderr of its moment (then closed) and stops it propagating, which
+    would leave the ``caplog`` of a later test on the worker empty."""
+    loggers = [logging.getLogger(name) for name in ("cdcflow", "py4j", *_cdcflow_logger_names())]
+    saved = {lg: (lg.level, list(lg.handlers), lg.propagate, lg.disabled) for lg in loggers}
+    yield
+    for lg, (level, handlers, propagate, disabled) in saved.items():
+        lg.level, lg.handlers, lg.propagate, lg.disabled = level, handlers, propagate, disabled
+    for name in _cdcflow_logger_names():  # made during the test: as a logger nobody configured
+        made = logging.getLogger(name)
+        if made not in saved:
+            made.level, made.handlers, made.propagate = logging.NOTSET, [], True
+    logging.Logger.manager._clear_cache()
+
+
+def _cdcflow_logger_names() -> list[str]:
+    return [name for name in logging.Logger.manager.loggerDict if name.startswith("cdcflow.")]
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the group marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         kind = _kind(item)
         if kind is not None:
             item.add_marker(kind)
         item.add_marker(pytest.mark.xdist_group(_group(item)))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Under ``--dist loadgroup`` each test's node id ends with its group (pytest-xdist adds it); if not,
+    the groups are silently ignored and every worker starts every service (a pytest that pytest-xdist
+    cannot suffix: pyproject pins it)."""
+    if getattr(session.config.option, "loadgroup", False) and any(
+        "@" not in item.nodeid for item in session.items
+    ):
+        raise pytest.UsageError(
+            f"pytest-xdist's --dist loadgroup did not group the tests (pytest {pytest.__version__}): "
+            "install the pytest pyproject.toml's dev extra names"
+        )
 
 
 def _group(item: pytest.Item) -> str:
