@@ -62,5 +62,5 @@ step "mypy"; .venv/bin/mypy -p cdcflow; took
 # cluster) run on one worker (tests/conftest.py). CDCFLOW_TEST_WORKERS=0 runs in this process.
 workers=${CDCFLOW_TEST_WORKERS:-2}
 parallel=()
-[ "$workers" != 0 ] && parallel=(-n "$workers" --dist loadgroup)
+[ "$workers" != 0 ] && parallel=(-n "$workers" --dist loadgroup --no-loadscope-reorder)
 step "pytest"; .venv/bin/python -m pytest "${parallel[@]}" --durations=30 "$@"

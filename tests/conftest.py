@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from jvm_archive import use_archive
 
 # Test helper modules (tests/core/helpers.py, ...) import as plain modules.
 sys.path.insert(0, str(Path(__file__).parent / "core"))
@@ -29,6 +30,16 @@ SERVICES = {
 stack (PostgreSQL and Connect) and of the standalone cluster each run on one worker, which starts those
 services once; every worker starts its own broker, S3 server and SparkSession when its tests need them."""
 SHARED_ON_ONE_WORKER = ("stack", "cluster")
+LONG_GROUPS = (
+    "tests/connectors/lakehouse/test_crash.py",
+    "stack",
+    "cluster",
+    "tests/connectors/lakehouse/test_delta_golden.py",
+    "tests/connectors/lakehouse/test_postgres_workload.py",
+    "tests/test_docs_examples.py",
+    "tests/connectors/test_sink_exactly_once.py",
+)
+"""The groups that take minutes (the durations scripts/test.sh prints), longest first."""
 
 
 def _kind(item: pytest.Item) -> str | None:
@@ -63,12 +74,26 @@ def _cdcflow_logger_names() -> list[str]:
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's, which reads the group marker
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         kind = _kind(item)
         if kind is not None:
             item.add_marker(kind)
         item.add_marker(pytest.mark.xdist_group(_group(item)))
+    if getattr(config.option, "loadgroup", False):
+        _heaviest_groups_first(items)
+
+
+def _heaviest_groups_first(items: list[pytest.Item]) -> None:
+    """Put the groups of :data:`LONG_GROUPS` first, then the others by their number of tests (pytest-xdist's
+    own order, which scripts/test.sh turns off with --no-loadscope-reorder): the long groups start early
+    and the short ones fill the end of the run on both workers."""
+    count: defaultdict[str, int] = defaultdict(int)
+    for item in items:
+        count[_group(item)] += 1
+    rank = {group: at for at, group in enumerate(LONG_GROUPS)}
+    first = {group: at for at, group in reversed(list(enumerate(_group(item) for item in items)))}
+    items.sort(key=lambda item: (rank.get(g := _group(item), len(rank)), -count[g], first[g]))
 
 
 @pytest.hookimpl(trylast=True)
@@ -83,6 +108,8 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             f"pytest-xdist's --dist loadgroup did not group the tests (pytest {pytest.__version__}): "
             "install the pytest pyproject.toml's dev extra names"
         )
+    if any(item.get_closest_marker("unit") is None for item in session.items):
+        use_archive()
 
 
 def _group(item: pytest.Item) -> str:

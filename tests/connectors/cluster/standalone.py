@@ -46,7 +46,11 @@ def free_port() -> int:
 
 def spark_env(**extra: str) -> dict[str, str]:
     """The environment of every Spark JVM and driver here: loopback only, the venv's Python."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_GATEWAY", "SPARK_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PYSPARK_GATEWAY", "SPARK_")) or k == "SPARK_SUBMIT_OPTS"  # tests/jvm_archive.py
+    }
     env.update(
         SPARK_LOCAL_IP="127.0.0.1",
         SPARK_HOME=str(SPARK_HOME),

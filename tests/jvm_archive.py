@@ -1,0 +1,83 @@
+"""A class-data-sharing archive of the classes a Spark driver loads, for the suite's Spark JVMs.
+
+The suite starts ~60 Spark drivers (its sessions, every ``python -m cdcflow``, the crash runs, the cluster's
+applications); loading and verifying Spark's classes is ~10 of the ~28 CPU-seconds each takes to start
+and run a small job. The archive is written once per virtualenv, Java and Spark by running the demo
+ingest with ``-XX:ArchiveClassesAtExit``; then ``SPARK_SUBMIT_OPTS`` (read by ``spark-submit``, which
+every PySpark driver goes through) maps it into each driver. A JVM whose class path differs (another
+``SPARK_HOME`` or ``SPARK_CONF_DIR``) ignores the archive, and its warnings are turned off so no test
+sees them on stdout. ``CDCFLOW_TEST_JVM_ARCHIVE=0`` runs without it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+QUIET = "-Xlog:cds*=off -Xlog:class+path=off"
+TRAINING_TIMEOUT = 300.0
+
+
+def use_archive() -> None:
+    """Put the archive in ``SPARK_SUBMIT_OPTS`` for this process and its children, writing it first if
+    this virtualenv has none for this Java and Spark. Without it (the demo failed), nothing changes."""
+    if os.environ.get("CDCFLOW_TEST_JVM_ARCHIVE") == "0" or "SharedArchiveFile" in os.environ.get(
+        "SPARK_SUBMIT_OPTS", ""
+    ):
+        return
+    archive = _archive_path()
+    if archive is None:
+        return
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with (archive.parent / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another test session on this virtualenv writes it once
+        if not archive.is_file():
+            _write(archive)
+    if archive.is_file():
+        options = os.environ.get("SPARK_SUBMIT_OPTS", "")
+        os.environ["SPARK_SUBMIT_OPTS"] = f"{options} -XX:SharedArchiveFile={archive} {QUIET}".strip()
+
+
+def _archive_path() -> Path | None:
+    try:
+        import pyspark
+        from pyspark.find_spark_home import _find_spark_home
+
+        java = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=60, check=True)  # noqa: S607
+    except (ImportError, OSError, subprocess.SubprocessError):
+        return None
+    jars = sorted(p.name for p in (Path(_find_spark_home()) / "jars").glob("*.jar"))
+    key = hashlib.sha256("\n".join([java.stderr, pyspark.__version__, *jars]).encode()).hexdigest()[:16]
+    return Path(sys.prefix) / "cdcflow-test-cache" / f"spark-driver-{key}.jsa"
+
+
+def _write(archive: Path) -> None:
+    """Run the demo ingest (a streaming query, the Python data source, Arrow, foreachBatch) and keep the
+    classes its driver loaded."""
+    partial = archive.with_suffix(".partial")
+    partial.unlink(missing_ok=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_GATEWAY")}
+    env["SPARK_SUBMIT_OPTS"] = (
+        f"{env.get('SPARK_SUBMIT_OPTS', '')} -XX:ArchiveClassesAtExit={partial} {QUIET}"
+    )
+    with tempfile.TemporaryDirectory(prefix="cdcflow-jvm-archive-") as folder:
+        try:
+            done = subprocess.run(  # noqa: S603
+                [sys.executable, "-m", "cdcflow", "ingest"],
+                cwd=folder,
+                env=env,
+                capture_output=True,
+                timeout=TRAINING_TIMEOUT,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return
+    if done.returncode == 0 and partial.is_file():
+        partial.replace(archive)
+    else:
+        partial.unlink(missing_ok=True)
