@@ -40,6 +40,8 @@ LONG_GROUPS = (
     "tests/connectors/test_sink_exactly_once.py",
 )
 """The groups that take minutes (the durations scripts/test.sh prints), longest first."""
+TEST_PER_GROUP = frozenset({"tests/connectors/lakehouse/test_crash.py"})
+"""Modules whose tests take minutes each: each test is a group of its own, so both workers share them."""
 
 
 def _kind(item: pytest.Item) -> str | None:
@@ -91,9 +93,12 @@ def _heaviest_groups_first(items: list[pytest.Item]) -> None:
     count: defaultdict[str, int] = defaultdict(int)
     for item in items:
         count[_group(item)] += 1
-    rank = {group: at for at, group in enumerate(LONG_GROUPS)}
     first = {group: at for at, group in reversed(list(enumerate(_group(item) for item in items)))}
-    items.sort(key=lambda item: (rank.get(g := _group(item), len(rank)), -count[g], first[g]))
+    items.sort(key=lambda item: (_rank(g := _group(item)), -count[g], first[g]))
+
+
+def _rank(group: str) -> int:
+    return next((at for at, long in enumerate(LONG_GROUPS) if group.split("::")[0] == long), len(LONG_GROUPS))
 
 
 @pytest.hookimpl(trylast=True)
@@ -117,7 +122,8 @@ def _group(item: pytest.Item) -> str:
     shared session service."""
     fixtures = set(getattr(item, "fixturenames", ()))
     shared = [group for group in SHARED_ON_ONE_WORKER if fixtures & SERVICES[group]]
-    return shared[0] if shared else item.nodeid.split("::")[0]
+    module = item.nodeid.split("::")[0]
+    return shared[0] if shared else item.nodeid if module in TEST_PER_GROUP else module
 
 
 _SECONDS: defaultdict[str, float] = defaultdict(float)

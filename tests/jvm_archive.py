@@ -43,6 +43,13 @@ def use_archive() -> None:
         os.environ["SPARK_SUBMIT_OPTS"] = f"{options} -XX:SharedArchiveFile={archive} {QUIET}".strip()
 
 
+def archive_options() -> str:
+    """The JVM options that map the archive (for executors' ``spark.executor.extraJavaOptions``), or ""."""
+    options = os.environ.get("SPARK_SUBMIT_OPTS", "").split()
+    archive = [option for option in options if option.startswith("-XX:SharedArchiveFile=")]
+    return f"{archive[0]} {QUIET}" if archive else ""
+
+
 def _archive_path() -> Path | None:
     try:
         import pyspark

@@ -30,6 +30,7 @@ from deltalake import Schema as DeltaSchema
 from cdcflow.connectors.errors import SparkSetupError
 from cdcflow.connectors.lakehouse.delta.merge import SPARK_SQL, Merge
 from cdcflow.connectors.lakehouse.delta.schema import conform_to
+from cdcflow.connectors.lakehouse.delta.storage import is_remote
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -188,9 +189,9 @@ class SparkTable:
         # An empty append that merges its schema: the columns get exactly the types Arrow maps to.
         schema = self.schema()
         empty = pa.schema([*schema, *fields]).empty_table()
-        self.spark.createDataFrame(empty, schema=_struct(empty.schema)).write.format("delta").mode(
-            "append"
-        ).option("mergeSchema", "true").save(self.path)
+        _data_frame(self.spark, empty).write.format("delta").mode("append").option(
+            "mergeSchema", "true"
+        ).save(self.path)
         return self.schema()
 
     def _frame(self) -> DataFrame:
@@ -207,7 +208,7 @@ class SparkTable:
         schema = self.schema()
         wanted = keys.select(list(key)).group_by(list(key)).aggregate([])
         wanted = wanted.cast(pa.schema([schema.field(c) for c in key]))
-        probe = self.spark.createDataFrame(wanted, schema=_struct(wanted.schema))
+        probe = _data_frame(self.spark, wanted)
         rows = self._frame().join(broadcast(probe), list(key), "left_semi")
         if columns is not None:
             rows = rows.select(*(_quote(c) for c in [*key, *(c for c in columns if c not in key)]))
@@ -228,7 +229,7 @@ class SparkTable:
             lambda data: conform_to(self.schema(), self._add_columns, data, merge.identity, self.path),
             SPARK_SQL,
         )
-        frame = self.spark.createDataFrame(statement.source, schema=_struct(statement.source.schema))
+        frame = _data_frame(self.spark, statement.source)
         merger = (
             DeltaTable.forPath(self.spark, self.path)
             .alias("t")
@@ -242,6 +243,20 @@ class SparkTable:
         with self.backend.transaction(merge.app_id, merge.batch_id):
             merger.execute()
         return self.version()
+
+
+def _data_frame(spark: SparkSession, table: pa.Table) -> DataFrame:
+    """``table`` in the back end's own session. PySpark's ``createDataFrame`` makes its session the
+    thread's active one; the caller's is put back, so a notebook's ``SparkSession.getActiveSession()``
+    (and a ``cdcflow`` command run after ``apply_changes`` in the same process) still finds its own."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    frame = spark.createDataFrame(table, schema=_struct(table.schema))
+    if active is not None:
+        SparkSession._activeSession = active
+        spark._jvm.SparkSession.setActiveSession(active._jsparkSession)  # type: ignore[union-attr]
+    return frame
 
 
 class SparkDeltaBackend:
@@ -270,14 +285,22 @@ class SparkDeltaBackend:
     def open(self, path: str) -> SparkTable | None:
         from delta.tables import DeltaTable
 
+        path = _located(path)
         return SparkTable(self, path) if DeltaTable.isDeltaTable(self.spark, path) else None
 
     def create(self, path: str, schema: pa.Schema, key: Sequence[str]) -> SparkTable:
         from delta.tables import DeltaTable
 
+        path = _located(path)
         fields = pa.schema([pa.field(f.name, f.type, f.nullable and f.name not in key) for f in schema])
         DeltaTable.createIfNotExists(self.spark).location(path).addColumns(_struct(fields)).execute()
         return SparkTable(self, path)
+
+
+def _located(path: str) -> str:
+    """A local path made absolute, as delta-rs resolves it: Spark SQL takes ``delta.`path``` as a table
+    name unless the path is absolute."""
+    return path if is_remote(path) else os.path.abspath(path.removeprefix("file://"))
 
 
 class _Transaction:

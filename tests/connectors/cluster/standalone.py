@@ -22,6 +22,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 import pyspark
+from jvm_archive import archive_options
 
 SPARK_HOME = Path(pyspark.__file__).parent
 SPARK_CLASS = SPARK_HOME / "bin" / "spark-class"
@@ -200,4 +201,6 @@ def cluster_conf(cluster: StandaloneCluster) -> list[str]:
         "spark.ui.enabled": "false",
         "spark.executorEnv.CDCFLOW_STRICT_DECODE": os.environ.get("CDCFLOW_STRICT_DECODE", "1"),
     }
+    if archive_options():
+        settings["spark.executor.extraJavaOptions"] = archive_options()
     return ["--master", cluster.master_url, *(f"--conf={k}={v}" for k, v in settings.items())]

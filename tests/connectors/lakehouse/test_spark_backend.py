@@ -104,6 +104,9 @@ def test_spark_back_end_applies_each_batch_once_and_skips_a_replay(
 
     assert replay.skipped
     assert DeltaTable(str(tmp_path / "table")).version() == version
+    # The back end's merges run in a session of its own; the caller's stays the active one.
+    active = SparkSession.getActiveSession()
+    assert active is not None and active._jsparkSession.equals(spark._jsparkSession)
     assert rows_by_deltalake(tmp_path / "table") == AFTER_1 == rows_by_spark(spark, tmp_path / "table")
     for table in (tmp_path / "table", tmp_path / "state"):
         assert transactions(table) == [("app", 0), ("app", 1)]
@@ -111,6 +114,17 @@ def test_spark_back_end_applies_each_batch_once_and_skips_a_replay(
         assert opened is not None
         # Delta's Spark snapshot and deltalake read the same application transaction.
         assert opened.applied_version("app") == DeltaTable(str(table)).transaction_version("app") == 1
+
+
+def test_spark_back_end_takes_relative_table_paths(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--target lake/t`` as delta-rs takes it: Spark SQL reads ``delta.`lake/t``` as a table name."""
+    monkeypatch.chdir(tmp_path)
+    sink = applier(Path("lake"), SparkDeltaBackend(spark))
+    sink.apply(BATCH_0, 0)
+    sink.apply(BATCH_1, 1)
+    assert rows_by_deltalake(tmp_path / "lake" / "table") == AFTER_1
 
 
 def test_delta_itself_skips_a_merge_whose_batch_the_table_has(spark: SparkSession, tmp_path: Path) -> None:
