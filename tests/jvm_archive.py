@@ -1,12 +1,12 @@
 """A class-data-sharing archive of the classes a Spark driver loads, for the suite's Spark JVMs.
 
-The suite starts ~60 Spark drivers (its sessions, every ``python -m cdcflow``, the crash runs, the cluster's
-applications); loading and verifying Spark's classes is ~10 of the ~28 CPU-seconds each takes to start
-and run a small job. The archive is written once per virtualenv, Java and Spark by running the demo
-ingest with ``-XX:ArchiveClassesAtExit``; then ``SPARK_SUBMIT_OPTS`` (read by ``spark-submit``, which
-every PySpark driver goes through) maps it into each driver. A JVM whose class path differs (another
-``SPARK_HOME`` or ``SPARK_CONF_DIR``) ignores the archive, and its warnings are turned off so no test
-sees them on stdout. ``CDCFLOW_TEST_JVM_ARCHIVE=0`` runs without it.
+The suite starts dozens of Spark drivers (its sessions, every ``python -m cdcflow``, the crash runs, the
+cluster's applications); loading and verifying Spark's classes is ~10 of the ~28 CPU-seconds each
+takes to start and run a small job. The archive is written once per virtualenv, Java and Spark by
+running the demo ingest with ``-XX:ArchiveClassesAtExit``; then ``SPARK_SUBMIT_OPTS`` (read by
+``spark-submit``, which every PySpark driver goes through) maps it into each driver. A JVM whose class
+path differs (another ``SPARK_HOME`` or ``SPARK_CONF_DIR``) ignores the archive, and its warnings are
+turned off so no test sees them on stdout. ``CDCFLOW_TEST_JVM_ARCHIVE=0`` runs without it.
 """
 
 from __future__ import annotations

@@ -201,6 +201,6 @@ def cluster_conf(cluster: StandaloneCluster) -> list[str]:
         "spark.ui.enabled": "false",
         "spark.executorEnv.CDCFLOW_STRICT_DECODE": os.environ.get("CDCFLOW_STRICT_DECODE", "1"),
     }
-    if archive_options():
-        settings["spark.executor.extraJavaOptions"] = archive_options()
+    if options := archive_options():
+        settings["spark.executor.extraJavaOptions"] = options
     return ["--master", cluster.master_url, *(f"--conf={k}={v}" for k, v in settings.items())]
