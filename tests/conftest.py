@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from jvm_archive import use_archive
+from jvm_options import use_quick_jvms
 
 # Test helper modules (tests/core/helpers.py, ...) import as plain modules.
 sys.path.insert(0, str(Path(__file__).parent / "core"))
@@ -114,7 +114,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             "install the pytest pyproject.toml's dev extra names"
         )
     if any(item.get_closest_marker("unit") is None for item in session.items):
-        use_archive()
+        use_quick_jvms()
 
 
 def _group(item: pytest.Item) -> str:

@@ -22,7 +22,7 @@ from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 import pyspark
-from jvm_archive import archive_options
+from jvm_options import jvm_options
 
 SPARK_HOME = Path(pyspark.__file__).parent
 SPARK_CLASS = SPARK_HOME / "bin" / "spark-class"
@@ -50,7 +50,7 @@ def spark_env(**extra: str) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("PYSPARK_GATEWAY", "SPARK_")) or k == "SPARK_SUBMIT_OPTS"  # tests/jvm_archive.py
+        if not k.startswith(("PYSPARK_GATEWAY", "SPARK_")) or k == "SPARK_SUBMIT_OPTS"  # tests/jvm_options.py
     }
     env.update(
         SPARK_LOCAL_IP="127.0.0.1",
@@ -58,6 +58,7 @@ def spark_env(**extra: str) -> dict[str, str]:
         PYSPARK_PYTHON=VENV_PYTHON,
         PYSPARK_DRIVER_PYTHON=VENV_PYTHON,
         PATH=f"{Path(VENV_PYTHON).parent}{os.pathsep}{env.get('PATH', '')}",
+        SPARK_DAEMON_JAVA_OPTS=jvm_options(),
     )
     env.update(extra)
     return env
@@ -201,6 +202,6 @@ def cluster_conf(cluster: StandaloneCluster) -> list[str]:
         "spark.ui.enabled": "false",
         "spark.executorEnv.CDCFLOW_STRICT_DECODE": os.environ.get("CDCFLOW_STRICT_DECODE", "1"),
     }
-    if options := archive_options():
+    if options := jvm_options():
         settings["spark.executor.extraJavaOptions"] = options
     return ["--master", cluster.master_url, *(f"--conf={k}={v}" for k, v in settings.items())]
