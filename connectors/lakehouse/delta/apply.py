@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdcflow.connectors.errors import ConnectorOptionError
-from cdcflow.connectors.lakehouse.delta import key_state, restarts
+from cdcflow.connectors.lakehouse.delta import key_state, sequencing
 from cdcflow.connectors.lakehouse.delta.backend import DELTA_RS, TableBackend, TableHandle, applied
 from cdcflow.connectors.lakehouse.delta.batch import (
     IDX,
@@ -148,10 +148,10 @@ class DeltaChangeApplier:
             reads = target.before(self.app_id, batch_id)
         # The restarts of the keys' log positions order the fill and then last-wins: computed once (the
         # fill changes no key, sequence or restart value).
-        epochs: restarts.Epochs | None = None
+        epochs: sequencing.Epochs | None = None
         late, again, epoch = (None, None, None)
         if filling and options.sequence_by:
-            epochs = restarts.epochs(batch, key, sequences)
+            epochs = sequencing.epochs(batch, key, sequences)
             late, again, epoch = late_and_again(batch, sequences, epochs, key)
         inputs = FillInputs(
             batch,
@@ -171,12 +171,12 @@ class DeltaChangeApplier:
             # After a truncate no row is live: the state's rows of the batch's keys are not used.
             live = None if truncation is not None else known
             if epochs is None or truncation is not None:
-                epochs = restarts.epochs(batch, key, sequence_rows(live, key))
+                epochs = sequencing.epochs(batch, key, sequence_rows(live, key))
             winners, state_rows = materialize(batch, live, epochs, options, now, result)
         elif options.sequence_by is not None:
             check_update_pairs(batch, key)
             if epochs is None:
-                epochs = restarts.epochs(batch, key, sequences)
+                epochs = sequencing.epochs(batch, key, sequences)
             winners, state_rows = by_sequence(batch, sequences, epochs, options, now, result)
         else:
             check_update_pairs(batch, key)

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdcflow.connectors.lakehouse.delta import key_state, restarts
+from cdcflow.connectors.lakehouse.delta import key_state, sequencing
 from cdcflow.connectors.lakehouse.delta.batch import EPOCH, IDX, ORDER, SEQ, ChangeBatch, sequence_order
 from cdcflow.connectors.lakehouse.delta.key_state import (
     DELETED_AT,
@@ -36,7 +36,7 @@ Key = tuple[Any, ...]
 def materialize(
     batch: ChangeBatch,
     known: pa.Table | None,
-    epochs: restarts.Epochs,
+    epochs: sequencing.Epochs,
     options: ApplyOptions,
     now: datetime,
     result: BatchApplied,
