@@ -1,8 +1,8 @@
 """The options of the suite's Spark JVMs: a class-data-sharing archive, and the tiers of a short JVM.
 
 The JIT: Spark's code is large and a test's JVM lives minutes, so the optimizing compiler (C2) spends
-more CPU than it saves: ~90 of the ~200 CPU-seconds a ten-batch ingest on the Spark back end takes. With
-two workers on two cores that CPU is the suite's time; the client compiler only
+more CPU than it saves: ~90 of the ~150 CPU-seconds the driver of a ten-batch ingest on the Spark back
+end burns. With two workers on two cores that CPU is the suite's time; the client compiler only
 (``-XX:TieredStopAtLevel=1``) and the serial collector, as the broker and Connect run, took a pair of
 such ingests from 237 to 165 s. These options never change what a test checks.
 
@@ -51,8 +51,8 @@ def use_quick_jvms() -> None:
 
 
 def jvm_options() -> str:
-    """The same options for the JVMs that spark-submit does not start (executors' and the standalone
-    daemons' ``extraJavaOptions``), or "" when they are off."""
+    """The same options for the JVMs spark-submit does not start (``spark.executor.extraJavaOptions``,
+    the standalone daemons' ``SPARK_DAEMON_JAVA_OPTS``), or "" when they are off."""
     given = os.environ.get("SPARK_SUBMIT_OPTS", "")
     if QUICK not in given:
         return ""
