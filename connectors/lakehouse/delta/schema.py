@@ -90,7 +90,9 @@ def _list_not_null(table: DeltaTable) -> None:
 
 
 def conform(table: DeltaTable, data: pa.Table, key: Sequence[str], path: str) -> pa.Table:
-    """``data`` shaped like ``table``'s columns, after adding the nullable columns the table lacks."""
+    """``data`` shaped like ``table``'s columns, after adding the nullable columns the table lacks (and
+    NOT NULL's feature, which a job killed between :func:`create_table`'s two commits left unlisted)."""
+    _list_not_null(table)
 
     def add(fields: list[pa.Field]) -> pa.Schema:
         table.alter.add_columns(list[Field](DeltaSchema.from_arrow(pa.schema(fields)).fields))
