@@ -6,7 +6,7 @@ Needs the ``lakehouse`` extra (delta-rs); importing this module imports pyspark 
 :func:`history_as_of` is the DataFrame form of ``cdcflow.core.versioned.as_of`` (Python rows).
 """
 
-from cdcflow.connectors.lakehouse.delta.control import OnTruncate
+from cdcflow.connectors.lakehouse.delta.batch import OnTruncate
 from cdcflow.connectors.lakehouse.delta.history import DeltaHistoryWriter, HistoryResult
 from cdcflow.connectors.lakehouse.delta.options import Materialize
 from cdcflow.connectors.lakehouse.delta.result import BatchApplied

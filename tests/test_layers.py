@@ -76,7 +76,7 @@ def under(name: str, *prefixes: str) -> bool:
 
 
 def is_arrow(name: str) -> bool:
-    """formats/debezium/arrow.py, arrow_block.py, arrow_columns.py, arrow_metadata.py."""
+    """formats/debezium/arrow.py and arrow_columns.py."""
     return name.startswith("cdcflow.formats.debezium.arrow")
 
 

@@ -215,7 +215,7 @@ def _read_config(path: str) -> dict[str, Any]:
 
 def config_from(merged: dict[str, Any]) -> tuple[Any, bool]:
     """The :class:`IngestConfig`, and whether it is the embedded demo."""
-    from cdcflow.connectors.lakehouse.delta.control import OnTruncate
+    from cdcflow.connectors.lakehouse.delta.batch import OnTruncate
     from cdcflow.connectors.lakehouse.delta.options import Materialize
     from cdcflow.connectors.lakehouse.ingest import IngestConfig
 

@@ -23,12 +23,11 @@ from typing import TYPE_CHECKING, Literal, TextIO
 from cdcflow.connectors.errors import ConnectorError, ConnectorOptionError, schema_change
 from cdcflow.connectors.lakehouse import added_columns
 from cdcflow.connectors.lakehouse.checkpoint_lease import CheckpointLease
-from cdcflow.connectors.lakehouse.delta.backend import BACKENDS
-from cdcflow.connectors.lakehouse.delta.control import OnTruncate
+from cdcflow.connectors.lakehouse.delta.batch import OnTruncate
 from cdcflow.connectors.lakehouse.delta.options import Materialize
 from cdcflow.connectors.lakehouse.delta.result import BatchApplied
 from cdcflow.connectors.lakehouse.delta.storage import Storage, is_remote, join
-from cdcflow.connectors.lakehouse.delta.tables import open_table
+from cdcflow.connectors.lakehouse.delta.tables import BACKENDS, open_table
 from cdcflow.connectors.lakehouse.group_offsets import committing
 from cdcflow.connectors.lakehouse.ingest_defaults import (
     LEGACY_FILE_RECORDS_PER_PARTITION,

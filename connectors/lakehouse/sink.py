@@ -24,13 +24,13 @@ from cdcflow.connectors.errors import ConnectorOptionError
 from cdcflow.connectors.lakehouse import upsert_stream
 from cdcflow.connectors.lakehouse.delta import app_identity
 from cdcflow.connectors.lakehouse.delta.apply import DeltaChangeApplier
-from cdcflow.connectors.lakehouse.delta.backend import BACKENDS, DeltaRsBackend, TableBackend
-from cdcflow.connectors.lakehouse.delta.control import OnTruncate
+from cdcflow.connectors.lakehouse.delta.batch import OnTruncate
 from cdcflow.connectors.lakehouse.delta.dead_letters import DEAD_LETTER_DIR, DeadLetterFiles
 from cdcflow.connectors.lakehouse.delta.options import ApplyOptions, Materialize, Unsequenced
 from cdcflow.connectors.lakehouse.delta.pending import PendingBatches
 from cdcflow.connectors.lakehouse.delta.result import BatchApplied
 from cdcflow.connectors.lakehouse.delta.storage import LOCAL, Storage, is_remote, join
+from cdcflow.connectors.lakehouse.delta.tables import BACKENDS, DeltaRsBackend, TableBackend
 from cdcflow.connectors.spark import handoff
 from cdcflow.formats.redact import redact
 

@@ -29,8 +29,8 @@ from deltalake import Schema as DeltaSchema
 
 from cdcflow.connectors.errors import SparkSetupError
 from cdcflow.connectors.lakehouse.delta.merge import SPARK_SQL, Merge
-from cdcflow.connectors.lakehouse.delta.schema import conform_to
 from cdcflow.connectors.lakehouse.delta.storage import is_remote
+from cdcflow.connectors.lakehouse.delta.tables import conform_to
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdcflow.connectors.kafka.records import RecordChunk, blocks
+from cdcflow.connectors.kafka.reader import RecordChunk, blocks
 from cdcflow.connectors.replay.dumps import lines_before, read_line_chunks
 from cdcflow.connectors.spark.accounting import MessageCounts, write_counts
 from cdcflow.connectors.spark.arrow_types import ChangeBatchBuilder, arrow_schema, struct_type

@@ -14,7 +14,7 @@ from test_decode_batches import control_messages as control_events
 
 from cdcflow.connectors.kafka import options as kafka_options
 from cdcflow.connectors.kafka import reader as kafka_reader
-from cdcflow.connectors.kafka.records import RecordChunk, blocks
+from cdcflow.connectors.kafka.reader import RecordChunk, blocks
 from cdcflow.connectors.spark.arrow_types import arrow_schema
 from cdcflow.connectors.spark.decode import BLOCK_SIZE, BatchDecoder
 from cdcflow.connectors.spark.metadata import CONNECTOR_METADATA, metadata_array

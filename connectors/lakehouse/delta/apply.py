@@ -6,7 +6,7 @@ arrival. The whole batch is ONE delta-rs merge whose commit records ``(app_id, b
 application transaction, so a batch replayed after a crash finds its id and is skipped.
 
 Columns a change lacks (unchanged TOAST) keep the key's previous value and a primary-key change
-carries the old row to the new key (see ``unavailable``); a TRUNCATE empties the table in the batch's
+carries the old row to the new key (see :mod:`.fill`); a TRUNCATE empties the table in the batch's
 commit (see ``control``); a column absent from the batch keeps the table's value on update.
 
 Optional behaviours keep per-key state (a Delta table at ``state_path``, see ``key_state``):
@@ -35,27 +35,24 @@ import pyarrow.compute as pc
 
 from cdcflow.connectors.errors import ConnectorOptionError
 from cdcflow.connectors.lakehouse.delta import key_state, sequencing
-from cdcflow.connectors.lakehouse.delta.backend import DELTA_RS, TableBackend, TableHandle, applied
 from cdcflow.connectors.lakehouse.delta.batch import (
+    FLOOR,
     IDX,
     INTERNAL,
     SEQ,
     ChangeBatch,
-    arrival_order,
-    check_update_pairs,
-    last_per_key,
-    prepare,
-)
-from cdcflow.connectors.lakehouse.delta.control import (
-    FLOOR,
     Floor,
     Truncation,
+    arrival_order,
+    check_update_pairs,
     decide,
+    last_per_key,
+    prepare,
     split_controls,
 )
 from cdcflow.connectors.lakehouse.delta.dead_letters import DeadLetterFiles, letters
-from cdcflow.connectors.lakehouse.delta.fill import fill
-from cdcflow.connectors.lakehouse.delta.fill_inputs import FillInputs
+from cdcflow.connectors.lakehouse.delta.fill import FillInputs, fill, needs_filling, open_claims
+from cdcflow.connectors.lakehouse.delta.fill_result import KEPT_COLUMNS, Filled
 from cdcflow.connectors.lakehouse.delta.key_state import (
     DELETED_AT,
     SLOT,
@@ -66,9 +63,14 @@ from cdcflow.connectors.lakehouse.delta.materialization import materialize
 from cdcflow.connectors.lakehouse.delta.merge import OP, Every, Merge
 from cdcflow.connectors.lakehouse.delta.options import ApplyOptions, Unsequenced
 from cdcflow.connectors.lakehouse.delta.result import BatchApplied
-from cdcflow.connectors.lakehouse.delta.schema import to_delta_columns
 from cdcflow.connectors.lakehouse.delta.sequencing import by_sequence, late_and_again, sequence_rows
-from cdcflow.connectors.lakehouse.delta.unavailable import KEPT_COLUMNS, Filled, needs_filling, open_claims
+from cdcflow.connectors.lakehouse.delta.tables import (
+    DELTA_RS,
+    TableBackend,
+    TableHandle,
+    applied,
+    to_delta_columns,
+)
 
 log = logging.getLogger(__name__)
 POS = "_cdcflow_pos"

@@ -1,20 +1,44 @@
-"""One micro-batch of a changelog as Arrow columns: checked, numbered, sequenced, reduced per key."""
+"""One micro-batch of a changelog as Arrow columns: checked, numbered, sequenced, its control events
+split off, reduced per key.
+
+A row whose control column is set is an event about the table (TRUNCATE, messages, schema changes), not
+a change of a row: its row kind and data columns are null. A ``truncate`` empties the table at its
+position in the batch (by sequence when the batch has one, else by arrival): the batch's changes before
+it are void, the ones after it apply to the empty table. Every other control event is counted and
+skipped (:func:`split_controls`, :func:`decide`).
+
+Sequence values become sortable bytes (:func:`sortable`), so one comparison orders any ``sequence_by``
+column: integers, floats, dates, timestamps, strings, binaries and arrays of integers (Debezium's
+``source.sequence``) all map to bytes whose lexicographic order is the values' order; an array compares
+like a tuple. Nulls stay null: the applier dead-letters a change without a sequence, or
+(``unsequenced='arrival'``) places it where it arrived, never as late.
+
+Rows are matched by key within a batch (:func:`group_ids`: which rows share a key) and against the key
+state (:func:`positions_in`): a single key column with a hash lookup (``dictionary_encode``,
+``index_in``), a composite key with one Arrow join. Keys are never null here (:func:`prepare` refuses
+null keys).
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdcflow.connectors.errors import ChangelogConsistencyError
+from cdcflow.connectors.errors import ChangelogConsistencyError, ConnectorOptionError
 from cdcflow.connectors.lakehouse.delta.merge import OP
-from cdcflow.connectors.lakehouse.delta.sequence import sortable
+from cdcflow.connectors.lakehouse.delta.tables import TableHandle
 from cdcflow.formats.base import METADATA_MARK
+
+log = logging.getLogger(__name__)
 
 ROW_KINDS = ("+I", "-U", "+U", "-D")
 INTERNAL = "_cdcflow_"
@@ -154,7 +178,6 @@ def arrival_order(batch: ChangeBatch, key: Sequence[str]) -> ChangeBatch:
     """``batch`` with a change without a sequence sorted by the highest sequence of its key's changes
     that arrived before it in the batch (``_cdcflow_order``), so that it applies after them; one with
     none before it sorts first. Its own sequence stays null: it is never late."""
-    from cdcflow.connectors.lakehouse.delta.key_index import group_ids
 
     seq = batch.data.column(SEQ).combine_chunks()
     missing = np.asarray(pc.is_null(seq), dtype=bool)
@@ -201,7 +224,6 @@ def check_update_pairs(batch: ChangeBatch, key: Sequence[str]) -> None:
 
 def last_per_key(batch: ChangeBatch, key: Sequence[str]) -> pa.Table:
     """The last +I/+U/-D of each key (by sequence, then arrival), with ``_cdcflow_op`` U (upsert) or D."""
-    from cdcflow.connectors.lakehouse.delta.key_index import group_ids
 
     names = batch.data.schema.names
     keep = np.flatnonzero(batch.kinds != "-U")
@@ -229,3 +251,304 @@ def sequence_order(rows: pa.Table) -> pa.Array:
         keys = keys.append_column("epoch", rows.column(EPOCH))
         order.insert(0, ("epoch", "ascending"))
     return pc.sort_indices(keys, order)
+
+
+_SIGN = np.uint64(1 << 63)
+
+
+def sortable(values: pa.ChunkedArray | pa.Array, column: str) -> pa.Array:
+    """The values of ``column`` as binary keys in the same order; nulls kept."""
+    array = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+    kind = array.type
+    if pa.types.is_integer(kind) or pa.types.is_temporal(kind) or pa.types.is_boolean(kind):
+        return _fixed(_int64(array), array)
+    if pa.types.is_floating(kind):
+        return _fixed(_float_bits(array), array)
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return pc.cast(array.cast(pa.large_string()), pa.large_binary())
+    if pa.types.is_binary(kind) or pa.types.is_large_binary(kind):
+        return array.cast(pa.large_binary())
+    if (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and pa.types.is_integer(kind.value_type):
+        return _int_lists(array)
+    raise ConnectorOptionError(
+        f"sequence_by column {column!r} is {kind}; use an integer, floating point, date, timestamp, "
+        "string or ARRAY<BIGINT> column"
+    )
+
+
+def _int64(array: pa.Array) -> np.ndarray:
+    if pa.types.is_boolean(array.type):
+        array = array.cast(pa.int8())
+    elif pa.types.is_temporal(array.type):
+        array = array.cast(pa.int64()) if not pa.types.is_date32(array.type) else array.cast(pa.int32())
+    return np.asarray(array.cast(pa.int64()).fill_null(0), dtype=np.int64)
+
+
+def _float_bits(array: pa.Array) -> np.ndarray:
+    bits = np.asarray(array.cast(pa.float64()).fill_null(0.0), dtype=np.float64).view(np.uint64)
+    negative = (bits & _SIGN) != 0
+    # IEEE 754 order: flip every bit of negatives, only the sign bit of positives; then undo the
+    # sign flip _fixed applies to integers.
+    flipped = np.where(negative, ~bits, bits | _SIGN)
+    return (flipped ^ _SIGN).view(np.int64)
+
+
+def _fixed(numbers: np.ndarray, array: pa.Array) -> pa.Array:
+    ordered = (numbers.view(np.uint64) ^ _SIGN).astype(">u8")
+    data = pa.py_buffer(ordered.tobytes())
+    fixed = pa.Array.from_buffers(pa.binary(8), len(array), [None, data])
+    result = fixed.cast(pa.large_binary())
+    return pc.if_else(pc.is_null(array), pa.scalar(None, pa.large_binary()), result)
+
+
+def _int_lists(array: pa.Array) -> pa.Array:
+    """Each list as the concatenation of its elements' 8-byte keys: the list's offsets times 8."""
+    offsets = np.asarray(array.offsets, dtype=np.int64)
+    values = array.values.slice(offsets[0], offsets[-1] - offsets[0])
+    if pc.any(pc.is_null(array.flatten())).as_py():
+        raise ConnectorOptionError("sequence_by arrays must not hold nulls")
+    encoded = (
+        np.asarray(values.cast(pa.int64()).fill_null(0), dtype=np.int64).view(np.uint64) ^ _SIGN
+    ).astype(">u8")
+    data = pa.py_buffer(encoded.tobytes())
+    keys = pa.Array.from_buffers(
+        pa.large_binary(), len(array), [None, pa.py_buffer((offsets - offsets[0]) * 8), data]
+    )
+    return pc.if_else(pc.is_null(array), pa.scalar(None, pa.large_binary()), keys)
+
+
+_POS, _FOUND, _KID = "_cdcflow_pos", "_cdcflow_found", "_cdcflow_kid"
+
+
+def group_ids(rows: pa.Table, key: Sequence[str]) -> np.ndarray:
+    """Per row of ``rows``, a dense id of its key: rows with equal keys have equal ids."""
+    if len(key) == 1:
+        try:
+            encoded = rows.column(key[0]).combine_chunks().dictionary_encode()
+            return np.asarray(encoded.indices, dtype=np.int64)
+        except pa.ArrowNotImplementedError:
+            pass
+    keys = list(key)
+    ids = rows.select(keys).group_by(keys, use_threads=False).aggregate([])
+    ids = ids.append_column(_KID, pa.array(np.arange(ids.num_rows, dtype=np.int64)))
+    return _matched(rows, ids, keys, _KID)
+
+
+def positions_in(rows: pa.Table, known: pa.Table, key: Sequence[str]) -> np.ndarray:
+    """Per row of ``rows``, the position of the row of ``known`` (at most one per key) with its key,
+    or -1. ``known``'s key columns are cast to ``rows``' types (the state table reads strings as views)."""
+    if known.num_rows == 0:
+        return np.full(rows.num_rows, -1, dtype=np.int64)
+    keys = list(key)
+    cast = {c: known.column(c).cast(rows.schema.field(c).type) for c in keys}
+    if len(keys) == 1:
+        try:
+            values = rows.column(keys[0]).combine_chunks()
+            found = pc.index_in(values, value_set=cast[keys[0]].combine_chunks())
+            return np.asarray(found.fill_null(-1), dtype=np.int64)
+        except pa.ArrowNotImplementedError:
+            pass
+    table = pa.table({**cast, _FOUND: pa.array(np.arange(known.num_rows, dtype=np.int64))})
+    return _matched(rows, table, keys, _FOUND)
+
+
+def take_or_null(column: pa.ChunkedArray | pa.Array, positions: np.ndarray) -> pa.Array:
+    """``column``'s values at ``positions``; null where a position is -1."""
+    indices = pa.array(positions, mask=positions < 0)
+    values = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    return values.take(indices)
+
+
+def _matched(rows: pa.Table, table: pa.Table, keys: list[str], column: str) -> np.ndarray:
+    probe = rows.select(keys).append_column(_POS, pa.array(np.arange(rows.num_rows, dtype=np.int64)))
+    joined = probe.join(table, keys, join_type="left outer", use_threads=False)
+    out = np.full(rows.num_rows, -1, dtype=np.int64)
+    found = np.asarray(joined.column(column).fill_null(-1), dtype=np.int64)
+    out[np.asarray(joined.column(_POS), dtype=np.int64)] = found
+    return out
+
+
+TRUNCATE = "truncate"
+
+
+class OnTruncate(enum.Enum):
+    APPLY = "apply"
+    IGNORE = "ignore"
+    FAIL = "fail"
+
+    @classmethod
+    def parse(cls, value: str | OnTruncate) -> OnTruncate:
+        if isinstance(value, OnTruncate):
+            return value
+        try:
+            return cls(value.strip().lower())
+        except ValueError:
+            raise ConnectorOptionError(
+                f"on_truncate must be one of apply, ignore, fail, not {value!r}"
+            ) from None
+
+
+@dataclass(frozen=True)
+class Controls:
+    """The control rows of a batch: kind, how many change rows arrived before each, where it came from."""
+
+    kinds: list[str]
+    before: np.ndarray
+    origin: pa.Table
+    sequence: pa.Array | None
+    restart: pa.Array | None
+    batch_id: int
+
+    def where(self, index: int) -> str:
+        return describe(self.origin, index, int(self.before[index]) + index, self.batch_id)
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """The batch's last TRUNCATE: the changes that sort before it are void."""
+
+    before: int
+    sequence: bytes | None
+    restart: bytes | None
+    where: str
+
+    def void(self, batch: ChangeBatch) -> np.ndarray:
+        """Which of ``batch``'s changes the truncate supersedes (by arrival, those without a sequence)."""
+        arrival = np.asarray(batch.data.column(IDX), dtype=np.int64) < self.before
+        if self.sequence is None or SEQ not in batch.data.schema.names:
+            return arrival
+        unsequenced = np.asarray(pc.is_null(batch.data.column(SEQ)), dtype=bool)
+        seq = pc.fill_null(batch.data.column(SEQ), b"")
+        earlier = _earlier(batch, self.sequence, self.restart, seq)
+        same = np.asarray(pc.equal(seq, pa.scalar(self.sequence, pa.large_binary())), dtype=bool)
+        return np.where(unsequenced, arrival, earlier | (same & arrival))
+
+
+FLOOR = "cdcflow.truncated"
+"""State table property: the last applied TRUNCATE's sequence (with ``sequence_by``)."""
+
+
+@dataclass(frozen=True)
+class Floor:
+    """A TRUNCATE applied in an earlier batch: changes of any key that happened before it are late.
+
+    Input partitions reach a batch at different positions, so changes from before a truncate can
+    arrive after it (a TRUNCATE event has no key: it sits in any partition). Kept for the delete
+    retention, like a tombstone.
+    """
+
+    sequence: bytes
+    restart: bytes | None
+    at: datetime
+
+    def to_json(self) -> str:
+        restart = self.restart.hex() if self.restart is not None else None
+        return json.dumps({"sequence": self.sequence.hex(), "restart": restart, "at": self.at.isoformat()})
+
+    @classmethod
+    def of(cls, state: TableHandle | None, now: datetime, retention: timedelta) -> Floor | None:
+        text = state.properties().get(FLOOR) if state is not None else None
+        if not text:
+            return None
+        value = json.loads(text)
+        restart = bytes.fromhex(value["restart"]) if value.get("restart") else None
+        floor = cls(bytes.fromhex(value["sequence"]), restart, datetime.fromisoformat(value["at"]))
+        return floor if floor.at >= now - retention else None
+
+    def late(self, batch: ChangeBatch) -> np.ndarray:
+        """Which of ``batch``'s changes happened before the truncate (a change with no sequence never)."""
+        if SEQ not in batch.data.schema.names:
+            return np.zeros(batch.num_rows, dtype=bool)
+        return _earlier(batch, self.sequence, self.restart, batch.data.column(SEQ))
+
+
+def _earlier(batch: ChangeBatch, sequence: bytes, restart: bytes | None, seq: pa.ChunkedArray) -> np.ndarray:
+    """Changes whose sequence is lower, unless their ``restart_by`` is newer (the position restarted)."""
+    lower = pc.fill_null(pc.less(seq, pa.scalar(sequence, pa.large_binary())), False)
+    if restart is not None and batch.restart is not None:
+        newer = pc.fill_null(pc.greater(batch.restart, pa.scalar(restart, pa.large_binary())), False)
+        lower = pc.and_(lower, pc.invert(newer))
+    return np.asarray(lower, dtype=bool)
+
+
+def split_controls(
+    table: pa.Table,
+    control_column: str | None,
+    sequence_by: str | None,
+    restart_by: str | None,
+    batch_id: int,
+) -> tuple[pa.Table, Controls | None]:
+    """``table``'s change rows, and its control rows (None when it has none)."""
+    if control_column is None or control_column not in table.schema.names:
+        return table, None
+    marks = table.column(control_column)
+    is_control = np.asarray(pc.is_valid(marks), dtype=bool)
+    if not is_control.any():
+        return table, None
+    at = np.flatnonzero(is_control)
+    take = pa.array(at)
+    sequence = restart = None
+    if sequence_by is not None and sequence_by in table.schema.names:
+        sequence = sortable(table.column(sequence_by).take(take), sequence_by)
+    if restart_by is not None and restart_by in table.schema.names:
+        restart = sortable(table.column(restart_by).take(take), restart_by)
+    controls = Controls(
+        kinds=[str(kind).strip().lower() for kind in marks.take(take).to_pylist()],
+        before=at - np.arange(len(at)),
+        origin=coordinates(table).take(take),
+        sequence=sequence,
+        restart=restart,
+        batch_id=batch_id,
+    )
+    return table.filter(pa.array(~is_control)), controls
+
+
+@dataclass
+class ControlOutcome:
+    truncation: Truncation | None = None
+    truncates: int = 0
+    others: int = 0
+
+
+def decide(controls: Controls | None, on_truncate: OnTruncate) -> ControlOutcome:
+    """Counts the control events and picks the truncate to apply (the last one), or refuses one."""
+    outcome = ControlOutcome()
+    if controls is None:
+        return outcome
+    truncates = [i for i, kind in enumerate(controls.kinds) if kind == TRUNCATE]
+    outcome.truncates, outcome.others = len(truncates), len(controls.kinds) - len(truncates)
+    if outcome.others:
+        log.info(
+            "batch %d: %d control event(s) skipped (%s)",
+            controls.batch_id,
+            outcome.others,
+            ", ".join(sorted({k for k in controls.kinds if k != TRUNCATE})),
+        )
+    if not truncates:
+        return outcome
+    if on_truncate is OnTruncate.FAIL:
+        raise ChangelogConsistencyError(
+            f"{controls.where(truncates[0])}: the source table was truncated; on_truncate='fail' refuses "
+            "it: set on_truncate='apply' to empty the Delta table too, or 'ignore' to keep its rows"
+        )
+    if on_truncate is OnTruncate.IGNORE:
+        log.warning(
+            "batch %d: %d TRUNCATE event(s) ignored (on_truncate='ignore'), first at %s; the Delta table "
+            "keeps the rows the source deleted",
+            controls.batch_id,
+            len(truncates),
+            controls.where(truncates[0]),
+        )
+        return outcome
+    sequences = (
+        controls.sequence.to_pylist() if controls.sequence is not None else [None] * len(controls.kinds)
+    )
+    last = max(truncates, key=lambda i: (sequences[i] or b"", controls.before[i], i))
+    restart = controls.restart[last].as_py() if controls.restart is not None else None
+    outcome.truncation = Truncation(
+        int(controls.before[last]), sequences[last], restart, controls.where(last)
+    )
+    log.warning(
+        "batch %d: TRUNCATE at %s empties the Delta table", controls.batch_id, outcome.truncation.where
+    )
+    return outcome

@@ -1,17 +1,50 @@
-"""The fill of unavailable columns and the pairing of primary-key changes: a walk over the changes of the
-keys involved, key by key (what it does and why: :mod:`.unavailable`)."""
+"""The fill of values a change does not carry (Debezium's unchanged TOAST columns), and primary-key
+changes.
+
+A column listed in a change's unavailable columns has no value in that change: it keeps the key's
+previous value, the latest earlier change of the key in the batch that has it, else the target's
+current row (the merge reads it: :func:`~cdcflow.connectors.lakehouse.delta.tables.merge_marked`'s
+``unavailable``). After a delete of the key in the batch there is no previous value: the column lands
+NULL and is reported.
+
+A primary-key change arrives as a delete of the old key (with the new key) and a create of the new key
+(with the old key), in either order, possibly in different batches. The create's unavailable columns
+take the old key's last image before its delete. When both are in the batch they pair here; otherwise
+the first to arrive leaves a slot in the key state under the new key: the delete its row's image (a
+carry), the create a claim. The second finds the slot and removes it.
+
+A create that arrives first takes the old key's image as it is then, which may be behind: the old key's
+partition may not have delivered its last changes yet. So the claim lists the create's unavailable
+columns as pending; each later change of the new key that carries one of them takes it off (a delete
+of the new key empties the list). When the old key's delete arrives, its last image gives the columns
+still pending, written to the new key's row in the same commit: on the new key's changes of the batch,
+else as a patch row for the target (only when the target has the key). When the new key's row moves on
+again (a key change of its own) while it waits, the wait moves with it: the claim keeps a pointer to
+the next key, which waits in its turn (its own claim, or a mark on the carry its create will take), and
+the old key's delete follows the pointers.
+
+Only the changes of the keys involved are walked in Python, key by key; a batch without any stays
+columnar (:func:`needs_filling`). What a fill reads are its :class:`FillInputs`; what it decides and
+gives, :mod:`.fill_result`.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cached_property
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from cdcflow.connectors.lakehouse.delta.fill_inputs import Changes, FillInputs, Lookup, involved_changes
-from cdcflow.connectors.lakehouse.delta.fill_result import Fills, filled
+from cdcflow.connectors.lakehouse.delta.batch import EPOCH, IDX, INTERNAL, SEQ, ChangeBatch, sequence_order
+from cdcflow.connectors.lakehouse.delta.fill_result import Filled, Fills, filled
 from cdcflow.connectors.lakehouse.delta.key_change_slots import (
     CARRY,
     CARRY_FROM,
@@ -21,9 +54,10 @@ from cdcflow.connectors.lakehouse.delta.key_change_slots import (
     SlotWriter,
     stored_claim,
 )
-from cdcflow.connectors.lakehouse.delta.key_links import Key, canonical
+from cdcflow.connectors.lakehouse.delta.key_links import Key, canonical, parse
 from cdcflow.connectors.lakehouse.delta.key_state import PENDING, SLOT, STATE_SEQ
-from cdcflow.connectors.lakehouse.delta.unavailable import Filled, needs_filling
+from cdcflow.connectors.lakehouse.delta.options import Links
+from cdcflow.connectors.lakehouse.delta.tables import to_delta_columns
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +68,7 @@ MAX_HOPS = 64
 def fill(inputs: FillInputs, claims: pa.Table | None = None) -> Filled:
     """Fills the batch's unavailable columns and pairs its key changes.
 
-    ``claims``: the open claims of the batch's keys (:func:`~.unavailable.open_claims`).
+    ``claims``: the open claims of the batch's keys (:func:`open_claims`).
     """
     flagged = needs_filling(inputs.source, inputs.links, inputs.key, claims)
     if flagged is None:
@@ -403,3 +437,168 @@ class _Walk:
             return
         patch = out.patches.setdefault(holder, {}) | values
         out.patches[holder] = {c: v for c, v in patch.items() if found.get(c) != v}
+
+
+Lookup = Callable[[pa.Table], pa.Table | None]
+"""The rows (of the target, or of the key state) of the keys in a table of key columns."""
+
+
+@dataclass(frozen=True)
+class FillInputs:
+    """The batch, its key and links, where earlier values are looked up, and the order the batch
+    applies in.
+
+    ``late``: the changes older than their key's applied sequence (never a previous value); ``again``:
+    the changes at their key's applied sequence, applied changes a source sent again (they link no key
+    change a second time); ``epoch``: the restarts of each key's log position (see ``restarts``);
+    ``truncated``: the batch empties the table, and with it the new keys the state's claims wait for.
+    """
+
+    source: ChangeBatch
+    """The batch as the applier has it; :attr:`batch` is it in Delta's types."""
+    key: Sequence[str]
+    links: Links
+    target_rows: Lookup
+    state_rows: Lookup
+    now: datetime
+    late: np.ndarray | None = None
+    again: np.ndarray | None = None
+    epoch: np.ndarray | None = None
+    truncated: bool = False
+
+    @cached_property
+    def batch(self) -> ChangeBatch:
+        """The batch in Delta's types (values read back from the target and the state are in those)."""
+        data = self.source.data
+        internal = [c for c in data.schema.names if c.startswith(INTERNAL)]
+        converted = to_delta_columns(data.drop_columns(internal))
+        for name in internal:
+            converted = converted.append_column(data.schema.field(name), data.column(name))
+        return dataclasses.replace(self.source, data=converted)
+
+    @cached_property
+    def key_types(self) -> list[pa.DataType]:
+        return [self.batch.data.schema.field(c).type for c in self.key]
+
+    @cached_property
+    def columns(self) -> list[str]:
+        """The data columns (not the applier's own ``_cdcflow_*``)."""
+        return [c for c in self.batch.data.schema.names if not c.startswith(INTERNAL)]
+
+    def aside_values(self, name: str | None, at: np.ndarray) -> list[Any]:
+        """The values of the batch's column ``name`` kept aside (see ``ChangeBatch.extra``) at ``at``."""
+        if name is None or name not in self.batch.extra.schema.names:
+            return [None] * len(at)
+        values: list[Any] = self.batch.extra.column(name).take(pa.array(at)).to_pylist()
+        return values
+
+    def parse(self, texts: list[Any]) -> list[Key | None]:
+        """Key links as key tuples of the batch's key types."""
+        return parse(texts, self.key, self.key_types, self.batch.batch_id)
+
+    def unlinked(self, keys: list[Key | None], at: np.ndarray) -> list[Key | None]:
+        """``keys`` (links of the changes at ``at``) without those of changes sent again."""
+        if self.again is None:
+            return keys
+        return [None if self.again[i] else k for k, i in zip(keys, at.tolist(), strict=True)]
+
+    def keys_table(self, keys: Sequence[Key]) -> pa.Table:
+        return pa.table(
+            {c: pa.array([k[i] for k in keys], self.key_types[i]) for i, c in enumerate(self.key)}
+        )
+
+    def positions(self, keys: set[Key]) -> np.ndarray:
+        """The arrival positions of the changes of ``keys``, ascending."""
+        data = self.batch.data
+        probe = data.select(self.key).append_column("_cdcflow_pos", data.column(IDX))
+        wanted = self.keys_table(sorted(keys, key=canonical))
+        hits = probe.join(wanted, self.key, join_type="inner", use_threads=False)
+        return np.sort(np.asarray(hits.column("_cdcflow_pos"), dtype=np.int64))
+
+
+@dataclass(frozen=True)
+class Changes:
+    """The changes of the keys involved, in the order last-wins applies them: ``local`` indexes these
+    lists, ``positions[local]`` is the change's arrival position in the batch."""
+
+    rows: list[dict[str, Any]]
+    """The data columns of each change (the walk sets the values it fills in)."""
+    positions: list[int]
+    kinds: list[str]
+    unavailable: list[Any]
+    """The columns each change lacks (None: none)."""
+    olds: list[Key | None]
+    """The old key a create links (a primary-key change), else None."""
+    news: list[Key | None]
+    """The new key a delete links (a primary-key change), else None."""
+    sequences: list[Any] | None
+    groups: dict[Key, list[int]]
+    """Per key, its changes (``local``) in order."""
+
+
+def involved_changes(inputs: FillInputs, flagged: np.ndarray) -> Changes:
+    """The changes of the keys ``flagged`` changes have or link (a create: its old key), late ones left
+    out (a late change is not applied: it gives no value to another)."""
+    batch, key = inputs.batch, inputs.key
+    flagged_at = np.flatnonzero(flagged)
+    flagged_keys = batch.data.select(key).take(pa.array(flagged_at)).to_pylist()
+    olds = inputs.unlinked(inputs.parse(inputs.aside_values(inputs.links.old_key, flagged_at)), flagged_at)
+    creating = batch.kinds[flagged_at] != "-D"
+    involved = {tuple(r[c] for c in key) for r in flagged_keys}
+    involved |= {o for o, c in zip(olds, creating, strict=True) if o is not None and c}
+    positions = inputs.positions(involved)
+    if inputs.late is not None:
+        positions = positions[~inputs.late[positions]]
+    # Rank in the order last-wins applies (epoch, sequence, then arrival) and walk each key's changes.
+    order = None
+    if SEQ in batch.data.schema.names:
+        ranked = batch.data
+        if inputs.epoch is not None:
+            ranked = ranked.append_column(EPOCH, pa.array(inputs.epoch))
+        order = np.asarray(sequence_order(ranked), dtype=np.int64)
+    rank = np.empty(batch.num_rows, dtype=np.int64)
+    rank[order if order is not None else np.arange(batch.num_rows)] = np.arange(batch.num_rows)
+    positions = positions[np.argsort(rank[positions], kind="stable")]
+    take = pa.array(positions)
+    rows = batch.data.select(inputs.columns).take(take).to_pylist()
+    kinds = batch.kinds[positions].tolist()
+    unavailable = inputs.aside_values(inputs.links.unavailable, positions)
+    olds = inputs.unlinked(inputs.parse(inputs.aside_values(inputs.links.old_key, positions)), positions)
+    news = inputs.unlinked(inputs.parse(inputs.aside_values(inputs.links.new_key, positions)), positions)
+    sequences = batch.data.column(SEQ).take(take).to_pylist() if SEQ in batch.data.schema.names else None
+    groups: dict[Key, list[int]] = {}
+    for local, row in enumerate(rows):
+        groups.setdefault(tuple(row[c] for c in key), []).append(local)
+    return Changes(rows, positions.tolist(), kinds, unavailable, olds, news, sequences, groups)
+
+
+def open_claims(known: pa.Table | None) -> pa.Table | None:
+    """The claims among ``known`` (key state rows) that still wait for values (None when none)."""
+    if known is None or PENDING not in known.schema.names or not known.num_rows:
+        return None
+    waiting = pc.and_(pc.equal(known.column(SLOT), CLAIM), pc.is_valid(known.column(PENDING)))
+    claims = known.filter(pc.fill_null(waiting, False))
+    return claims if claims.num_rows else None
+
+
+def needs_filling(
+    batch: ChangeBatch, links: Links, key: Sequence[str] = (), claims: pa.Table | None = None
+) -> np.ndarray | None:
+    """The changes that lack values, link keys, or change a key with an open claim (None when there are
+    none: the columnar path)."""
+    extra = batch.extra
+    flagged = np.zeros(batch.num_rows, dtype=bool)
+    if links.unavailable in extra.schema.names:
+        flagged |= np.asarray(
+            pc.fill_null(pc.greater(pc.list_value_length(extra[links.unavailable]), 0), False)
+        )
+    for name in (links.old_key, links.new_key):
+        if name in extra.schema.names:
+            flagged |= np.asarray(pc.is_valid(extra[name]), dtype=bool)
+    if claims is not None and batch.num_rows:
+        names = list(key)
+        probe = batch.data.select(names).append_column("_cdcflow_pos", batch.data.column(IDX))
+        wanted = pa.table({c: claims.column(c).cast(probe.schema.field(c).type) for c in names})
+        hits = probe.join(wanted.group_by(names).aggregate([]), names, use_threads=False)
+        flagged[np.asarray(hits.column("_cdcflow_pos"), dtype=np.int64)] = True
+    return flagged if flagged.any() else None

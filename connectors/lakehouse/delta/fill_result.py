@@ -1,4 +1,4 @@
-"""What a fill of unavailable columns decides, and the :class:`~.unavailable.Filled` batch made of it."""
+"""What a fill of unavailable columns decides, and the :class:`Filled` batch made of it."""
 
 from __future__ import annotations
 
@@ -13,12 +13,31 @@ import pyarrow as pa
 from cdcflow.connectors.lakehouse.delta.batch import ChangeBatch
 from cdcflow.connectors.lakehouse.delta.key_links import Key
 from cdcflow.connectors.lakehouse.delta.merge import OP
-from cdcflow.connectors.lakehouse.delta.unavailable import KEPT_COLUMNS, Filled
+
+KEPT_COLUMNS = "_cdcflow_unavailable"
+"""The merge source's ``list<string>`` column: the columns of a row that keep the target's value."""
+
+
+@dataclass
+class Filled:
+    """A batch with the values its changes lacked filled in where the batch or the state had them."""
+
+    batch: ChangeBatch
+    pending: pa.Array | None = None
+    """Per change: the columns the target row must give (null when none); None when no change has any."""
+    unfilled: dict[int, list[str]] = field(default_factory=dict)
+    """Per change: the columns with no previous value at all (they land NULL)."""
+    state: pa.Table | None = None
+    """Carry and claim slots to write to the key state (``_cdcflow_op`` U or D)."""
+    patches: pa.Table | None = None
+    """Rows of the target to update (``_cdcflow_op`` U) with an old key's last values: the new keys of
+    claims whose old key's delete came in this batch and that have no change in it; ``_cdcflow_unavailable``
+    (:data:`KEPT_COLUMNS`) names the columns each keeps."""
 
 
 @dataclass
 class Fills:
-    """The walk's decisions: per change (``local``, see ``fill_inputs.Changes``) or per key."""
+    """The walk's decisions: per change (``local``, see ``fill.Changes``) or per key."""
 
     changed: dict[str, dict[int, Any]] = field(default_factory=dict)
     """Per column: the values filled in, by arrival position."""

@@ -27,8 +27,13 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from cdcflow.connectors.errors import ChangelogConsistencyError, ConnectorOptionError
 from cdcflow.connectors.lakehouse.delta.merge import OP, Merge
-from cdcflow.connectors.lakehouse.delta.schema import to_delta_columns
-from cdcflow.connectors.lakehouse.delta.tables import applied_version, merge_marked, open_table, rows_of_keys
+from cdcflow.connectors.lakehouse.delta.tables import (
+    applied_version,
+    merge_marked,
+    open_table,
+    rows_of_keys,
+    to_delta_columns,
+)
 from cdcflow.core import CdcflowError, Change, RowKind, Version, versions_of
 from cdcflow.core.versioned import changelog_of, event_time, key_tuple
 

@@ -6,7 +6,7 @@ bytes), ``_cdcflow_state_restart`` (that change's ``restart_by`` value, sortable
 state tables written before it existed when ``restart_by`` is first used), ``_cdcflow_deleted_at``
 (when the key was deleted: a tombstone kept for the delete retention), ``_cdcflow_updated_at``, and
 under materialization the row's other columns. Slots below -1 belong to primary-key changes, with
-columns of their own added when first written (see ``unavailable``): ``_cdcflow_pending`` (JSON list of
+columns of their own added when first written (see :mod:`.fill`): ``_cdcflow_pending`` (JSON list of
 column names) is what a claim or carry still waits for from an old key's delete.
 Each batch rewrites the rows of the keys it touched in ONE merge whose commit records the batch id,
 like the target table's, so a replayed batch updates it at most once.
@@ -20,9 +20,8 @@ from datetime import UTC, datetime, timedelta
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdcflow.connectors.lakehouse.delta.backend import TableBackend, TableHandle
 from cdcflow.connectors.lakehouse.delta.merge import OP, Before, Clause, Merge, NotEqual
-from cdcflow.connectors.lakehouse.delta.schema import to_delta_columns
+from cdcflow.connectors.lakehouse.delta.tables import TableBackend, TableHandle, to_delta_columns
 
 SLOT, STATE_SEQ, STATE_RESTART, DELETED_AT, UPDATED_AT = (
     "_cdcflow_slot",

@@ -7,8 +7,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from cdcflow.connectors.errors import ConnectorOptionError
-from cdcflow.connectors.lakehouse.delta.control import OnTruncate
-from cdcflow.connectors.lakehouse.delta.unavailable import Links
+from cdcflow.connectors.lakehouse.delta.batch import OnTruncate
 
 
 class Materialize(enum.Enum):
@@ -115,3 +114,16 @@ class ApplyOptions:
             or self.old_key_column is not None
             or self.new_key_column is not None
         )
+
+
+@dataclass(frozen=True)
+class Links:
+    """Where a batch says which columns are unavailable and which keys a key change links."""
+
+    unavailable: str | None = None
+    old_key: str | None = None
+    new_key: str | None = None
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return tuple(c for c in (self.unavailable, self.old_key, self.new_key) if c is not None)

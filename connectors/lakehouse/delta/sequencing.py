@@ -23,8 +23,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdcflow.connectors.lakehouse.delta import key_index, key_state
-from cdcflow.connectors.lakehouse.delta.batch import EPOCH, IDX, ORDER, SEQ, ChangeBatch, last_per_key
+from cdcflow.connectors.lakehouse.delta import key_state
+from cdcflow.connectors.lakehouse.delta.batch import (
+    EPOCH,
+    IDX,
+    ORDER,
+    SEQ,
+    ChangeBatch,
+    group_ids,
+    last_per_key,
+    positions_in,
+    take_or_null,
+)
 from cdcflow.connectors.lakehouse.delta.key_state import (
     DELETED_AT,
     SLOT,
@@ -57,11 +67,11 @@ def epochs(batch: ChangeBatch, key: Sequence[str], known: pa.Table | None) -> Ep
     result = Epochs(np.zeros(n, dtype=np.int64))
     if batch.restart is None or n == 0:
         return result
-    kid = key_index.group_ids(batch.data, key)
+    kid = group_ids(batch.data, key)
     if known is not None and known.num_rows:
-        at = key_index.positions_in(batch.data, known, key)
-        known_seqs = key_index.take_or_null(known.column(STATE_SEQ).cast(pa.large_binary()), at)
-        known_restarts = key_index.take_or_null(known.column(STATE_RESTART).cast(pa.large_binary()), at)
+        at = positions_in(batch.data, known, key)
+        known_seqs = take_or_null(known.column(STATE_SEQ).cast(pa.large_binary()), at)
+        known_restarts = take_or_null(known.column(STATE_RESTART).cast(pa.large_binary()), at)
     else:
         known_seqs = known_restarts = pa.nulls(n, pa.large_binary())
     seq = batch.data.column(SEQ).combine_chunks()
@@ -123,8 +133,8 @@ def late_mask(
 ) -> np.ndarray:
     """Changes older than their key's known sequence (``again``: or at it), before any restart of the
     key's position."""
-    at = key_index.positions_in(batch.data, sequences, key)
-    known_seq = key_index.take_or_null(sequences.column(STATE_SEQ), at)
+    at = positions_in(batch.data, sequences, key)
+    known_seq = take_or_null(sequences.column(STATE_SEQ), at)
     compare = pc.less_equal if again else pc.less
     older = compare(batch.data.column(SEQ).combine_chunks(), known_seq)
     late: np.ndarray = np.asarray(pc.fill_null(older, False), dtype=bool) & (epochs.epoch == 0)
@@ -194,8 +204,8 @@ def by_sequence(
     # A winner without a sequence (unsequenced='arrival') keeps the highest its key reached.
     inherited = winners.column(ORDER) if ORDER in winners.schema.names else None
     if sequences is not None and sequences.num_rows:
-        at = key_index.positions_in(winners, sequences, key)
-        known_seq = key_index.take_or_null(sequences.column(STATE_SEQ), at)
+        at = positions_in(winners, sequences, key)
+        known_seq = take_or_null(sequences.column(STATE_SEQ), at)
         late = pc.and_(pc.fill_null(pc.less(winners.column(SEQ), known_seq), False), pc.invert(restarted))
         result.late = int(late_mask(batch, sequences, epochs, key).sum())
         if result.late:
@@ -205,7 +215,7 @@ def by_sequence(
                 result.late,
             )
         sequenced = pc.is_valid(winners.column(SEQ))
-        known_restart = key_index.take_or_null(sequences.column(STATE_RESTART).cast(pa.large_binary()), at)
+        known_restart = take_or_null(sequences.column(STATE_RESTART).cast(pa.large_binary()), at)
         restart = pc.if_else(sequenced, restart, known_restart)
         merged = pc.coalesce(winners.column(SEQ), _highest(inherited, known_seq))
         winners = winners.set_column(winners.schema.get_field_index(SEQ), SEQ, merged)

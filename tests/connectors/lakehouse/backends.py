@@ -11,8 +11,8 @@ import pytest
 from deltalake import DeltaTable
 from java_cache import component
 
-from cdcflow.connectors.lakehouse.delta.backend import DELTA_RS, DeltaRsBackend, TableBackend
 from cdcflow.connectors.lakehouse.delta.storage import Storage
+from cdcflow.connectors.lakehouse.delta.tables import DELTA_RS, DeltaRsBackend, TableBackend
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -12,7 +12,7 @@ from test_apply import KEY, ROW_KIND, rows, txn_versions
 
 from cdcflow.connectors.errors import ChangelogConsistencyError, ConnectorOptionError
 from cdcflow.connectors.lakehouse.delta.apply import DeltaChangeApplier
-from cdcflow.connectors.lakehouse.delta.control import OnTruncate
+from cdcflow.connectors.lakehouse.delta.batch import OnTruncate
 from cdcflow.connectors.lakehouse.delta.options import ApplyOptions, Materialize
 
 CONTROL = "_control"

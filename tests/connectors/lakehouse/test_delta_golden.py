@@ -38,8 +38,8 @@ from pyspark.sql import SparkSession
 from test_read_recorded import CASES, expected, reader
 
 from cdcflow.connectors.lakehouse.delta.apply import DeltaChangeApplier
-from cdcflow.connectors.lakehouse.delta.backend import TableBackend
 from cdcflow.connectors.lakehouse.delta.options import ApplyOptions, Materialize
+from cdcflow.connectors.lakehouse.delta.tables import TableBackend
 from cdcflow.connectors.lakehouse.ingest import IngestConfig, ingest
 from cdcflow.connectors.replay.dumps import read_messages
 from cdcflow.core import RowKind

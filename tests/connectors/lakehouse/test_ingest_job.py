@@ -25,7 +25,7 @@ from cdcflow.connectors.errors import CheckpointInUseError
 from cdcflow.connectors.lakehouse import ingest as ingest_module
 from cdcflow.connectors.lakehouse import ingest_defaults
 from cdcflow.connectors.lakehouse.checkpoint_lease import LEASE_DIR, STALE_AFTER_S, CheckpointLease
-from cdcflow.connectors.lakehouse.delta.control import OnTruncate
+from cdcflow.connectors.lakehouse.delta.batch import OnTruncate
 from cdcflow.connectors.lakehouse.delta.result import BatchApplied
 from cdcflow.connectors.lakehouse.delta.storage import Storage
 from cdcflow.connectors.lakehouse.ingest import IngestConfig, ingest

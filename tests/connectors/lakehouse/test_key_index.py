@@ -9,7 +9,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdcflow.connectors.lakehouse.delta.key_index import group_ids, positions_in, take_or_null
+from cdcflow.connectors.lakehouse.delta.batch import group_ids, positions_in, take_or_null
 
 INTS = st.integers(min_value=-3, max_value=6)
 TEXTS = st.sampled_from(["a", "b", "é", "", "long key " * 3])

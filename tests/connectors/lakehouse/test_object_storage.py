@@ -25,10 +25,9 @@ from cdcflow.connectors.errors import CheckpointInUseError, ConnectorOptionError
 from cdcflow.connectors.lakehouse.checkpoint_lease import LEASE_DIR, CheckpointLease
 from cdcflow.connectors.lakehouse.delta import app_identity
 from cdcflow.connectors.lakehouse.delta.apply import DeltaChangeApplier
-from cdcflow.connectors.lakehouse.delta.backend import DeltaRsBackend
 from cdcflow.connectors.lakehouse.delta.options import ApplyOptions, Materialize
 from cdcflow.connectors.lakehouse.delta.storage import Storage
-from cdcflow.connectors.lakehouse.delta.tables import read_table
+from cdcflow.connectors.lakehouse.delta.tables import DeltaRsBackend, read_table
 from cdcflow.connectors.lakehouse.ingest import IngestConfig
 from cdcflow.connectors.lakehouse.sink import DeltaSink, apply_options
 from cdcflow.connectors.lakehouse.spark_storage import create_new, hadoop_settings, require_filesystem

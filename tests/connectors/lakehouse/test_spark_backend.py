@@ -19,9 +19,9 @@ from state_crash import crash_before_next_state_commit
 
 from cdcflow.connectors.errors import ConnectorOptionError, SparkSetupError
 from cdcflow.connectors.lakehouse.delta.apply import DeltaChangeApplier
-from cdcflow.connectors.lakehouse.delta.backend import DELTA_RS, TableBackend
 from cdcflow.connectors.lakehouse.delta.merge import Merge
 from cdcflow.connectors.lakehouse.delta.options import ApplyOptions
+from cdcflow.connectors.lakehouse.delta.tables import DELTA_RS, TableBackend
 from cdcflow.connectors.lakehouse.ingest import IngestConfig
 from cdcflow.connectors.lakehouse.spark_backend import SparkDeltaBackend, delta_jars
 
@@ -270,7 +270,7 @@ def test_delta_rs_tables_with_timestamp_ntz_and_not_null_keys_read_on_spark(
     the next run's merge lists it (the crash test's seed 20261129 on S3 killed there)."""
     from datetime import datetime
 
-    from cdcflow.connectors.lakehouse.delta.schema import conform, create_table
+    from cdcflow.connectors.lakehouse.delta.tables import conform, create_table
 
     path = str(tmp_path / "table")
     ntz = pa.field("at", pa.timestamp("us"))
