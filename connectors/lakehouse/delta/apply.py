@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 import numpy as np
@@ -47,11 +47,19 @@ from cdcflow.connectors.lakehouse.delta.batch import (
     check_update_pairs,
     decide,
     last_per_key,
+    positions_in,
     prepare,
     split_controls,
 )
 from cdcflow.connectors.lakehouse.delta.dead_letters import DeadLetterFiles, letters
-from cdcflow.connectors.lakehouse.delta.fill import FillInputs, fill, needs_filling, open_claims
+from cdcflow.connectors.lakehouse.delta.fill import (
+    FillInputs,
+    covered,
+    fill,
+    link_keys,
+    needs_filling,
+    open_claims,
+)
 from cdcflow.connectors.lakehouse.delta.fill_result import KEPT_COLUMNS, Filled
 from cdcflow.connectors.lakehouse.delta.key_state import (
     DELETED_AT,
@@ -139,8 +147,14 @@ class DeltaChangeApplier:
         key = options.key
         now = key_state.utc_now(self.clock())
         batch, truncation, floor_late = self._changes(table, batch_id, state, now, result)
-        # The state rows of the batch's keys, read once (a truncate empties the keys claims wait for).
-        known = self._state_rows(state, batch.data, now) if state is not None else None
+        # The state rows of the batch's keys and of the keys its key changes name, read once (a truncate
+        # empties the keys claims wait for); the walk's lookups of those keys are answered from them.
+        probe = batch.data.select(list(key))
+        linked = link_keys(batch, options.links, key) if state is not None else None
+        if linked is not None:
+            probe = pa.concat_tables([to_delta_columns(probe), linked], promote_options="permissive")
+        read = self._state_rows(state, probe, now) if state is not None else None
+        known = read if linked is None or read is None else _of_keys(read, batch.data, key)
         sequences = sequence_rows(known, key)
         claims = open_claims(known) if truncation is None else None
         filling = needs_filling(batch, options.links, key, claims) is not None
@@ -160,7 +174,7 @@ class DeltaChangeApplier:
             key,
             options.links,
             lambda keys: reads.rows_of_keys(key, keys) if reads is not None else None,
-            lambda keys: self._state_rows(state, keys, now),
+            covered(read, probe, key, lambda keys: self._state_rows(state, keys, now)),
             now,
             late=late,
             again=again,
@@ -446,3 +460,10 @@ def _row_in(rows: pa.Table, found: pa.Table, key: list[str]) -> pa.Array:
     mask = np.zeros(rows.num_rows, dtype=bool)
     mask[np.asarray(hits.column(POS), dtype=np.int64)] = True
     return pa.array(mask)
+
+
+def _of_keys(rows: pa.Table, data: pa.Table, key: Sequence[str]) -> pa.Table:
+    """The rows of ``rows`` whose key is one of ``data``'s."""
+    names = list(key)
+    keys = to_delta_columns(data.select(names)).group_by(names).aggregate([])
+    return rows.filter(pa.array(positions_in(rows, keys, names) >= 0))

@@ -43,7 +43,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdcflow.connectors.lakehouse.delta.batch import EPOCH, IDX, INTERNAL, SEQ, ChangeBatch, sequence_order
+from cdcflow.connectors.lakehouse.delta.batch import (
+    EPOCH,
+    IDX,
+    INTERNAL,
+    SEQ,
+    ChangeBatch,
+    positions_in,
+    sequence_order,
+)
 from cdcflow.connectors.lakehouse.delta.fill_result import Filled, Fills, filled
 from cdcflow.connectors.lakehouse.delta.key_change_slots import (
     CARRY,
@@ -57,7 +65,7 @@ from cdcflow.connectors.lakehouse.delta.key_change_slots import (
 from cdcflow.connectors.lakehouse.delta.key_links import Key, canonical, parse
 from cdcflow.connectors.lakehouse.delta.key_state import PENDING, SLOT, STATE_SEQ
 from cdcflow.connectors.lakehouse.delta.options import Links
-from cdcflow.connectors.lakehouse.delta.tables import to_delta_columns
+from cdcflow.connectors.lakehouse.delta.tables import delta_type, to_delta_columns
 
 log = logging.getLogger(__name__)
 
@@ -602,3 +610,39 @@ def needs_filling(
         hits = probe.join(wanted.group_by(names).aggregate([]), names, use_threads=False)
         flagged[np.asarray(hits.column("_cdcflow_pos"), dtype=np.int64)] = True
     return flagged if flagged.any() else None
+
+
+def link_keys(batch: ChangeBatch, links: Links, key: Sequence[str]) -> pa.Table | None:
+    """The keys the batch's primary-key changes name (old and new) in Delta's types, or None: the keys
+    beyond the batch's own the walk looks up in the key state, so the applier reads them with the
+    batch's (:func:`covered`)."""
+    extra = batch.extra
+    texts = [
+        text
+        for name in (links.old_key, links.new_key)
+        if name in extra.schema.names
+        for text in extra.column(name).to_pylist()
+        if text is not None
+    ]
+    if not texts:
+        return None
+    types = [delta_type(batch.data.schema.field(c).type) for c in key]
+    keys = {k for k in parse(texts, key, types, batch.batch_id, warn=False) if k is not None}
+    if not keys:
+        return None
+    return pa.table({c: pa.array([k[i] for k in keys], types[i]) for i, c in enumerate(key)})
+
+
+def covered(rows: pa.Table | None, keys: pa.Table, key: Sequence[str], read: Lookup) -> Lookup:
+    """A lookup that answers from ``rows``, read before for the keys in ``keys``, when those hold every
+    key asked for, and reads otherwise."""
+    names = list(key)
+    distinct = to_delta_columns(keys.select(names)).group_by(names).aggregate([])
+
+    def lookup(wanted: pa.Table) -> pa.Table | None:
+        if rows is None or not bool(np.all(positions_in(wanted, distinct, names) >= 0)):
+            return read(wanted)
+        asked = wanted.select(names).group_by(names).aggregate([])
+        return rows.filter(pa.array(positions_in(rows, asked, names) >= 0))
+
+    return lookup

@@ -25,9 +25,15 @@ def link_text(key: Sequence[str], values: Key) -> str:
 
 
 def parse(
-    texts: list[Any], key: Sequence[str], key_types: Sequence[pa.DataType], batch_id: int
+    texts: list[Any],
+    key: Sequence[str],
+    key_types: Sequence[pa.DataType],
+    batch_id: int,
+    *,
+    warn: bool = True,
 ) -> list[Key | None]:
-    """Key JSON texts (``{"id": 2}``) as key tuples of the batch's key types."""
+    """Key JSON texts (``{"id": 2}``) as key tuples of the batch's key types (``warn``: log the texts
+    that name no key, once per batch: the walk's parse does, a look-ahead's does not)."""
     parsed: list[list[Any] | None] = []
     for text in texts:
         if text is None:
@@ -40,12 +46,13 @@ def parse(
         if isinstance(obj, dict) and isinstance(obj.get("payload"), dict) and "schema" in obj:
             obj = obj["payload"]
         if not isinstance(obj, dict) or any(c not in obj for c in key):
-            log.warning(
-                "batch %d: key link %r does not name the key columns %s; ignored",
-                batch_id,
-                str(text)[:80],
-                ", ".join(key),
-            )
+            if warn:
+                log.warning(
+                    "batch %d: key link %r does not name the key columns %s; ignored",
+                    batch_id,
+                    str(text)[:80],
+                    ", ".join(key),
+                )
             parsed.append(None)
             continue
         parsed.append([obj[c] for c in key])
@@ -58,12 +65,13 @@ def parse(
             try:
                 columns.append(pa.array(values, kind).to_pylist())
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
-                log.warning(
-                    "batch %d: key links give %s values Arrow cannot read as %s; the key changes "
-                    "of this batch carry no values",
-                    batch_id,
-                    key[i],
-                    kind,
-                )
+                if warn:
+                    log.warning(
+                        "batch %d: key links give %s values Arrow cannot read as %s; the key changes "
+                        "of this batch carry no values",
+                        batch_id,
+                        key[i],
+                        kind,
+                    )
                 return [None] * len(parsed)
     return [tuple(col[j] for col in columns) if parsed[j] is not None else None for j in range(len(parsed))]
