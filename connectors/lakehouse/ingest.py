@@ -127,6 +127,13 @@ class IngestConfig:
                 f"--backend must be one of {', '.join(BACKENDS)}, not {self.backend!r}"
             )
         Storage(dict(self.storage_options))  # malformed or repeated storage options fail here
+        # Local paths made absolute here: Spark resolves the checkpoint and the files against the JVM's
+        # directory, the lease, the pending log, the key state and the table against Python's, and
+        # these differ once a process whose JVM is up changes directory (a notebook's os.chdir).
+        for name in ("target", "checkpoint", "path"):
+            value = getattr(self, name)
+            if value and not is_remote(value):
+                object.__setattr__(self, name, os.path.abspath(value.removeprefix("file://")))
 
     @property
     def source(self) -> str:

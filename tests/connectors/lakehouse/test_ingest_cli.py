@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -80,3 +81,34 @@ def test_the_summary_says_where_dead_letters_went_and_that_a_rerun_found_nothing
         f"cdcflow ingest: done: nothing new since the last run (0 changes); table version {version}, 2 rows"
     ), again
     assert table_rows(tmp_path / "table") == [{"id": 1}, {"id": 2}]
+
+
+def test_relative_paths_are_the_callers_after_it_changed_directory(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process whose JVM is already up changes directory (a notebook's ``os.chdir``; here the test's)
+    and runs ingest with relative paths: Spark's offsets and commits land in the checkpoint beside the
+    lease, under Python's directory, not under the JVM's, and a rerun finds the batch done."""
+    jvm_directory = Path(spark._jvm.java.lang.System.getProperty("user.dir"))  # type: ignore[union-attr]
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "orders.jsonl").write_text(
+        '{"before": null, "after": {"id": 1}, "op": "c"}\n{"before": null, "after": {"id": 2}, "op": "c"}\n'
+    )
+    checkpoint = f"checkpoint-{tmp_path.name}"
+    monkeypatch.chdir(work)
+    command = ["ingest", "--path", "orders.jsonl", "--schema", "id INT NOT NULL", "--key", "id"]
+    command += ["--sequence-by", "none", "--target", "table", "--checkpoint", checkpoint]
+    try:
+        assert main(command) == 0
+        version = DeltaTable(str(work / "table")).version()
+        assert main(command) == 0
+    finally:
+        stray = jvm_directory / checkpoint
+        found = stray.exists()
+        if found and stray != work / checkpoint:
+            shutil.rmtree(stray)
+    assert not found or jvm_directory == work, f"Spark's checkpoint went under the JVM's directory: {stray}"
+    assert {p.name for p in (work / checkpoint).iterdir()} >= {"offsets", "commits", "cdcflow-lease"}
+    assert table_rows(work / "table") == [{"id": 1}, {"id": 2}]
+    assert DeltaTable(str(work / "table")).version() == version, "the rerun applied the batch again"
