@@ -7,7 +7,7 @@ application transaction, so a batch replayed after a crash finds its id and is s
 
 Columns a change lacks (unchanged TOAST) keep the key's previous value and a primary-key change
 carries the old row to the new key (see :mod:`.fill`); a TRUNCATE empties the table in the batch's
-commit (see ``control``); a column absent from the batch keeps the table's value on update.
+commit (see :mod:`.batch`); a column absent from the batch keeps the table's value on update.
 
 Optional behaviours keep per-key state (a Delta table at ``state_path``, see ``key_state``):
 

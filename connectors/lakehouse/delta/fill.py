@@ -458,7 +458,7 @@ class FillInputs:
 
     ``late``: the changes older than their key's applied sequence (never a previous value); ``again``:
     the changes at their key's applied sequence, applied changes a source sent again (they link no key
-    change a second time); ``epoch``: the restarts of each key's log position (see ``restarts``);
+    change a second time); ``epoch``: the restarts of each key's log position (``sequencing.epochs``);
     ``truncated``: the batch empties the table, and with it the new keys the state's claims wait for.
     """
 
