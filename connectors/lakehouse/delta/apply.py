@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime
 
 import numpy as np
@@ -47,8 +47,8 @@ from cdcflow.connectors.lakehouse.delta.batch import (
     check_update_pairs,
     decide,
     last_per_key,
-    positions_in,
     prepare,
+    rows_with_keys,
     split_controls,
 )
 from cdcflow.connectors.lakehouse.delta.dead_letters import DeadLetterFiles, letters
@@ -149,12 +149,11 @@ class DeltaChangeApplier:
         batch, truncation, floor_late = self._changes(table, batch_id, state, now, result)
         # The state rows of the batch's keys and of the keys its key changes name, read once (a truncate
         # empties the keys claims wait for); the walk's lookups of those keys are answered from them.
-        probe = batch.data.select(list(key))
+        own = to_delta_columns(batch.data.select(list(key)))
         linked = link_keys(batch, options.links, key) if state is not None else None
-        if linked is not None:
-            probe = pa.concat_tables([to_delta_columns(probe), linked], promote_options="permissive")
+        probe = own if linked is None else pa.concat_tables([own, linked], promote_options="permissive")
         read = self._state_rows(state, probe, now) if state is not None else None
-        known = read if linked is None or read is None else _of_keys(read, batch.data, key)
+        known = read if linked is None or read is None else rows_with_keys(read, own, key)
         sequences = sequence_rows(known, key)
         claims = open_claims(known) if truncation is None else None
         filling = needs_filling(batch, options.links, key, claims) is not None
@@ -460,10 +459,3 @@ def _row_in(rows: pa.Table, found: pa.Table, key: list[str]) -> pa.Array:
     mask = np.zeros(rows.num_rows, dtype=bool)
     mask[np.asarray(hits.column(POS), dtype=np.int64)] = True
     return pa.array(mask)
-
-
-def _of_keys(rows: pa.Table, data: pa.Table, key: Sequence[str]) -> pa.Table:
-    """The rows of ``rows`` whose key is one of ``data``'s."""
-    names = list(key)
-    keys = to_delta_columns(data.select(names)).group_by(names).aggregate([])
-    return rows.filter(pa.array(positions_in(rows, keys, names) >= 0))

@@ -352,6 +352,13 @@ def positions_in(rows: pa.Table, known: pa.Table, key: Sequence[str]) -> np.ndar
     return _matched(rows, table, keys, _FOUND)
 
 
+def rows_with_keys(rows: pa.Table, keys: pa.Table, key: Sequence[str]) -> pa.Table:
+    """The rows of ``rows`` whose key is among ``keys``' (which may repeat a key)."""
+    names = list(key)
+    distinct = keys.select(names).group_by(names).aggregate([])
+    return rows.filter(pa.array(positions_in(rows, distinct, names) >= 0))
+
+
 def take_or_null(column: pa.ChunkedArray | pa.Array, positions: np.ndarray) -> pa.Array:
     """``column``'s values at ``positions``; null where a position is -1."""
     indices = pa.array(positions, mask=positions < 0)

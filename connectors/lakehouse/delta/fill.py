@@ -50,6 +50,7 @@ from cdcflow.connectors.lakehouse.delta.batch import (
     SEQ,
     ChangeBatch,
     positions_in,
+    rows_with_keys,
     sequence_order,
 )
 from cdcflow.connectors.lakehouse.delta.fill_result import Filled, Fills, filled
@@ -634,15 +635,14 @@ def link_keys(batch: ChangeBatch, links: Links, key: Sequence[str]) -> pa.Table 
 
 
 def covered(rows: pa.Table | None, keys: pa.Table, key: Sequence[str], read: Lookup) -> Lookup:
-    """A lookup that answers from ``rows``, read before for the keys in ``keys``, when those hold every
-    key asked for, and reads otherwise."""
+    """A lookup that answers from ``rows``, read before for ``keys`` (in Delta's types), when those hold
+    every key asked for, and reads otherwise."""
     names = list(key)
-    distinct = to_delta_columns(keys.select(names)).group_by(names).aggregate([])
+    distinct = keys.select(names).group_by(names).aggregate([])
 
     def lookup(wanted: pa.Table) -> pa.Table | None:
         if rows is None or not bool(np.all(positions_in(wanted, distinct, names) >= 0)):
             return read(wanted)
-        asked = wanted.select(names).group_by(names).aggregate([])
-        return rows.filter(pa.array(positions_in(rows, asked, names) >= 0))
+        return rows_with_keys(rows, wanted, names)
 
     return lookup

@@ -19,6 +19,7 @@ from test_apply import KEY, ROW_KIND, rows
 
 from cdcflow.connectors.lakehouse.delta.apply import DeltaChangeApplier
 from cdcflow.connectors.lakehouse.delta.options import ApplyOptions, Materialize
+from cdcflow.connectors.lakehouse.delta.tables import RsTable
 
 UNAVAILABLE, OLD_KEY, NEW_KEY = "unavailable_columns", "old_key", "new_key"
 SCHEMA = pa.schema(
@@ -193,6 +194,28 @@ def test_a_primary_key_change_carries_the_old_row_whatever_the_batches(
     if DeltaTable.is_deltatable(str(tmp_path / "state")):
         state = DeltaTable(str(tmp_path / "state")).to_pyarrow_table().to_pylist()
         assert [s for s in state if s["_cdcflow_slot"] < -1] == []
+
+
+def test_the_key_state_is_read_once_a_batch_with_the_keys_its_key_changes_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The walk's look-ups of the new key a delete names (outside its batch) and of the batch's own keys
+    are answered from the one read of the key state the batch starts with."""
+    reads: list[str] = []
+    read_rows = RsTable.rows_of_keys
+
+    def counted(self: RsTable, *args: Any, **kwargs: Any) -> pa.Table:
+        reads.append(self.path)
+        return read_rows(self, *args, **kwargs)
+
+    monkeypatch.setattr(RsTable, "rows_of_keys", counted)
+    state = str(tmp_path / "state")
+    applier(tmp_path, sequence_by="seq").apply(table(change("+I", id=1, name="a", body="toast", seq=1)), 0)
+    for batch_id, changes in enumerate([[delete_old()], [create_new()]], start=1):
+        reads.clear()
+        applier(tmp_path, sequence_by="seq").apply(table(*changes), batch_id)
+        assert reads.count(state) == 1, f"batch {batch_id}: {reads}"
+    assert rows(tmp_path / "table") == [{"id": 2, "name": "a", "body": "toast"}]
 
 
 def test_a_key_change_takes_the_old_keys_latest_change_of_the_batch(tmp_path: Path) -> None:
