@@ -13,11 +13,14 @@ what a test checks.
 
 The archive: the suite starts dozens of Spark drivers (its sessions, every ``python -m cdcflow``, the
 crash runs, the cluster's applications); loading and verifying Spark's classes is ~10 of the ~28
-CPU-seconds each takes to start and run a small job. The archive is written once per virtualenv, Java
-and Spark by running the demo ingest with ``-XX:ArchiveClassesAtExit``; then ``SPARK_SUBMIT_OPTS`` (read
-by ``spark-submit``, which every PySpark driver goes through) maps it into each driver. A JVM whose class
-path differs (another ``SPARK_HOME`` or ``SPARK_CONF_DIR``) ignores the archive, and its warnings are
-turned off so no test sees them on stdout. ``CDCFLOW_TEST_JVM_OPTIONS=0`` runs without either.
+CPU-seconds each takes to start and run a small job. The archive is written once per virtualenv, Java,
+Spark and Delta jars by running the demo ingest on the Spark back end (Delta Lake's MERGE; the demo on
+delta-rs when Delta's jars are not fetched) with ``-XX:ArchiveClassesAtExit``; then ``SPARK_SUBMIT_OPTS``
+(read by ``spark-submit``, which every PySpark driver goes through) maps it into each driver.
+``scripts/test.sh`` writes it before pytest starts (``python tests/jvm_options.py``), as it installs the
+jars; a pytest run on a virtualenv without one writes it first. A JVM whose class path differs (another
+``SPARK_HOME`` or ``SPARK_CONF_DIR``) ignores the archive, and its warnings are turned off so no test sees
+them on stdout. ``CDCFLOW_TEST_JVM_OPTIONS=0`` runs without either.
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent / "connectors"))
+
+from java_cache import component  # noqa: E402
 
 QUIET = "-Xlog:cds*=off -Xlog:class+path=off"
 QUICK = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m -XX:+UseSerialGC"
@@ -74,23 +81,31 @@ def _archive_path() -> Path | None:
     except (ImportError, OSError, subprocess.SubprocessError):
         return None
     jars = sorted(p.name for p in (Path(_find_spark_home()) / "jars").glob("*.jar"))
+    delta = _delta_jars()
+    jars += sorted(p.name for p in delta.glob("*.jar")) if delta is not None else []
     key = hashlib.sha256("\n".join([java.stderr, pyspark.__version__, *jars]).encode()).hexdigest()[:16]
     return Path(sys.prefix) / "cdcflow-test-cache" / f"spark-driver-{key}.jsa"
 
 
+def _delta_jars() -> Path | None:
+    return component("delta", fetch=False)
+
+
 def _write(archive: Path) -> None:
-    """Run the demo ingest (a streaming query, the Python data source, Arrow, foreachBatch) and keep the
-    classes its driver loaded."""
+    """Run the demo ingest (a streaming query, the Python data source, Arrow, foreachBatch, Delta Lake's
+    reads and MERGE) and keep the classes its driver loaded."""
     partial = archive.with_suffix(".partial")
     partial.unlink(missing_ok=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_GATEWAY")}
     env["SPARK_SUBMIT_OPTS"] = (
         f"{env.get('SPARK_SUBMIT_OPTS', '')} {QUICK} -XX:ArchiveClassesAtExit={partial} {QUIET}"
     )
+    delta = _delta_jars()
+    backend = ["--backend", "spark", "--delta-jars", str(delta)] if delta is not None else []
     with tempfile.TemporaryDirectory(prefix="cdcflow-jvm-archive-") as folder:
         try:
             done = subprocess.run(  # noqa: S603
-                [sys.executable, "-m", "cdcflow", "ingest"],
+                [sys.executable, "-m", "cdcflow", "ingest", *backend],
                 cwd=folder,
                 env=env,
                 capture_output=True,
@@ -103,3 +118,10 @@ def _write(archive: Path) -> None:
         partial.replace(archive)
     else:
         partial.unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    use_quick_jvms()
+    made = _archive_path()
+    missing = made is None or not made.is_file()
+    print("   none: Java or PySpark missing, or the demo failed" if missing else f"   {made}")
