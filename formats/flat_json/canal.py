@@ -511,4 +511,3 @@ class CanalJsonFormat(FlatJsonFormat):
     metadata_columns = METADATA
     decoder_class = CanalJsonDecoder
     encoder_class = CanalJsonEncoder
-    key_list = SOURCES["pk-names"].field
