@@ -56,7 +56,7 @@ if [ ! -x "$PG_BIN/initdb" ]; then
 fi
 
 # The class-data-sharing archive the suite's Spark drivers map (tests/jvm_options.py): written once per
-# virtualenv, Java, Spark and Delta jars, by the demo ingest on the Spark back end (~50 s).
+# virtualenv, Java, Spark and Delta jars, by the demo ingest on the Spark back end (60-80 s).
 step "Spark class archive (tests/jvm_options.py)"; .venv/bin/python tests/jvm_options.py; took
 step "ruff"; .venv/bin/ruff check . && .venv/bin/ruff format --check -q .; took
 step "mypy"; .venv/bin/mypy -p cdcflow; took

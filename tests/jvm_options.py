@@ -68,8 +68,12 @@ def jvm_options() -> str:
     given = os.environ.get("SPARK_SUBMIT_OPTS", "")
     if QUICK not in given:
         return ""
-    archive = [option for option in given.split() if option.startswith("-XX:SharedArchiveFile=")]
+    archive = _archive_options(given)
     return " ".join([QUICK, *archive, *([QUIET] if archive else [])])
+
+
+def _archive_options(options: str) -> list[str]:
+    return [option for option in options.split() if option.startswith("-XX:SharedArchiveFile=")]
 
 
 def _archive_path() -> Path | None:
@@ -122,6 +126,9 @@ def _write(archive: Path) -> None:
 
 if __name__ == "__main__":
     use_quick_jvms()
-    made = _archive_path()
-    missing = made is None or not made.is_file()
-    print("   none: Java or PySpark missing, or the demo failed" if missing else f"   {made}")
+    mapped = _archive_options(os.environ.get("SPARK_SUBMIT_OPTS", ""))
+    print(
+        f"   {mapped[0].split('=', 1)[1]}"
+        if mapped
+        else "   none: Java or PySpark missing, or the demo failed"
+    )

@@ -329,8 +329,8 @@ def test_spark_back_end_leaves_the_table_delta_rs_leaves(
     materialized = any(case.case_id in FORCE_MATERIALIZE for case in cases)
     for force in (False, True) if materialized else (False,):
         tables = {}
-        for backend in BACKENDS:
-            target = tmp_path / f"{backend}-{force}"
+        targets = {backend: tmp_path / f"{backend}-{force}" for backend in BACKENDS}
+        for backend, target in targets.items():
             apply_batches(
                 parts,
                 (CASE, KEY),
@@ -340,9 +340,7 @@ def test_spark_back_end_leaves_the_table_delta_rs_leaves(
                 backend=table_backend(backend, spark),
             )
             tables[backend] = rendered_by_case(deltalake_rows(str(target)), cases, schemas)
-        on_spark = rendered_by_case(
-            delta_reader_rows(spark, str(tmp_path / f"delta-rs-{force}")), cases, schemas
-        )
+        on_spark = rendered_by_case(delta_reader_rows(spark, str(targets["delta-rs"])), cases, schemas)
         assert tables["spark"] == tables["delta-rs"], f"the back ends differ (materialize={force})"
         assert tables["spark"] == want
         assert on_spark == want, (
