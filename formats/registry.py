@@ -2,8 +2,9 @@
 entry-point group. Nothing registers itself on import.
 
 Each factory class declares everything the rest of cdcflow knows of its format (name, aliases, Spark
-source name, options, metadata columns, columnar decoder); connectors read these declarations and never
-test a format's name. Adding a built-in format is one line in ``_BUILTIN`` (docs/formats.md).
+source name, options, metadata columns, columnar decoder, where a message names its primary key);
+connectors read these declarations and never test a format's name. Adding a built-in format is one line
+in ``_BUILTIN`` (docs/formats.md).
 """
 
 from __future__ import annotations
@@ -60,6 +61,12 @@ class FormatFactory(ABC):
         self, options: Mapping[str, str], schema: Schema, key_columns: Sequence[str] = ()
     ) -> Encoder:
         """Validate the options and build an encoder for rows of ``schema``."""
+
+    def primary_key(self, key: bytes | None, value: bytes | None) -> tuple[str, ...] | None:
+        """The primary-key columns one message names (its Kafka key's fields, or the list its envelope
+        carries: :mod:`cdcflow.formats.primary_keys`), or None when it names none: then the user names
+        them (``--key``)."""
+        return None
 
     def require_schema(self, schema: Schema | None) -> Schema:
         return require_schema(schema, self.name)

@@ -75,7 +75,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         option_help="an option of the cdc-* source: connector (maxOffsetsPerTrigger=10000), Kafka "
         "(kafka.*, startingOffsets=...) or format (schema-include=true) keys; repeatable",
     )
-    parser.add_argument("--key", metavar="COLS", help="primary key columns, comma separated")
+    parser.add_argument(
+        "--key",
+        metavar="COLS",
+        help="primary key columns, comma separated (default: the ones the messages name: Debezium's Kafka "
+        "key, Canal's pkNames, Maxwell's primary_key_columns, OGG's primary_keys)",
+    )
     parser.add_argument(
         "--target",
         metavar="DELTA_PATH",
@@ -223,10 +228,9 @@ def config_from(merged: dict[str, Any]) -> tuple[Any, bool]:
     if demo:
         merged.setdefault("path", str(resources.files("cdcflow.examples").joinpath(DUMP_EXAMPLE)))
         merged["options"].setdefault("schema-include", "true")
-        merged.setdefault("key", "id")
         merged.setdefault("target", str(Path(DEMO_DIR) / "table"))
         merged.setdefault("checkpoint", str(Path(DEMO_DIR) / "checkpoint"))
-    for required in ("key", "target", "checkpoint"):
+    for required in ("target", "checkpoint"):
         if not merged.get(required):
             raise CdcflowUsageError(f"ingest needs --{required}")
     if merged.get("bootstrap_servers"):
@@ -235,7 +239,7 @@ def config_from(merged: dict[str, Any]) -> tuple[Any, bool]:
     return (
         IngestConfig(
             format=merged.get("format") or "debezium-json",
-            key=_names(merged["key"]),
+            key=_names(merged["key"]) if merged.get("key") else (),
             target=str(merged["target"]),
             checkpoint=str(merged["checkpoint"]),
             path=merged.get("path"),
@@ -318,7 +322,7 @@ def run(args: argparse.Namespace) -> int:
     if summary.interrupted:
         return INTERRUPTED
     if demo or args.show:
-        print_table(config.target, config.key, config.storage_options)
+        print_table(config.target, summary.key, config.storage_options)
     return 0
 
 

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Literal, TextIO
@@ -69,6 +69,7 @@ class IngestConfig:
 
     format: str
     key: tuple[str, ...]
+    """The primary key; () = the one the messages name (:meth:`FormatFactory.primary_key`)."""
     target: str
     checkpoint: str
     path: str | None = None
@@ -120,8 +121,6 @@ class IngestConfig:
             raise ConnectorOptionError("--commit-group commits Kafka offsets: it needs --bootstrap-servers")
         if self.trigger not in ("available-now", "continuous"):
             raise ConnectorOptionError(f"--trigger must be available-now or continuous, not {self.trigger!r}")
-        if not self.key:
-            raise ConnectorOptionError("--key: name the primary key columns of the table, e.g. --key id")
         if self.backend not in BACKENDS:
             raise ConnectorOptionError(
                 f"--backend must be one of {', '.join(BACKENDS)}, not {self.backend!r}"
@@ -246,6 +245,9 @@ def _ingest(
     plan = _plan(config)
     if isinstance(plan.input, KafkaInput):
         discover_partitions(plan.input.options)  # an unreachable cluster or a missing topic: before Spark
+    if not config.key:
+        config = replace(config, key=source_key(config, plan))
+        print(f"cdcflow ingest: primary key ({', '.join(config.key)}), named by the messages", file=out)
     check_columns(config, plan)
     origin = origin_columns(config, plan)
     options = apply_options(
@@ -309,6 +311,7 @@ def _ingest(
         messages=counts.counts() if counts is not None else None,
         interrupted=interrupted,
         batch_seconds=None if gate.first_started is None else ended - gate.first_started,
+        key=config.key,
         dead_letters_to=_dead_letters_to(config.options),
     )
     out.write(f"cdcflow ingest: {summary}\n")
@@ -359,7 +362,22 @@ def _plan(config: IngestConfig) -> ReadPlan:
     """The source's read as the query will plan it: the declared columns, or those it infers."""
     from cdcflow.connectors.spark.read_plan import plan_read
 
-    return plan_read(config.format, config.source_options(), None)
+    return plan_read(config.format, config.source_options(), None, primary_key=not config.key)
+
+
+def source_key(config: IngestConfig, plan: ReadPlan) -> tuple[str, ...]:
+    """The primary key the input's first messages name, or a usage error saying to give ``--key``."""
+    from cdcflow.connectors.spark.read_plan import INFERENCE_SAMPLE
+
+    if plan.primary_key is None:
+        source = config.path or ", ".join(config.topics)
+        raise ConnectorOptionError(
+            f"--key: no message among the first {INFERENCE_SAMPLE} of {source} names a primary key "
+            f"({config.format} takes it from the Kafka key's fields or the envelope's key list; a table "
+            "without one sends none, an empty topic has none yet): name the primary key columns, e.g. "
+            "--key id"
+        )
+    return plan.primary_key
 
 
 def check_columns(config: IngestConfig, plan: ReadPlan | None = None) -> None:

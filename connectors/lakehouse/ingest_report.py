@@ -29,6 +29,8 @@ class IngestSummary:
     """From the start of the first batch to the end: the rate leaves out the session's start."""
     dead_letters_to: str | None = None
     """Where the source wrote its dead letters (``deadLetterPath`` or ``deadLetterTopic``)."""
+    key: tuple[str, ...] = ()
+    """The primary key the job applied by: ``--key``, or the one the messages name."""
 
     def __str__(self) -> str:
         """One line, non-zero counts only: ``done: ...``, or ``interrupted (Ctrl-C): ... committed``."""

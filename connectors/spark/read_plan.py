@@ -88,6 +88,9 @@ class ReadPlan:
     inferred_columns: Schema | None = None
     """The columns inferred from the first messages, without ``addedColumns`` (None: declared); the
     query's own planning takes them as option ``inferredColumns`` instead of sampling again."""
+    primary_key: tuple[str, ...] | None = None
+    """The primary-key columns the first messages name (:meth:`FormatFactory.primary_key`), when the
+    plan was asked for them (``plan_read(..., primary_key=True)``); None when none names one."""
 
 
 def plan_read(
@@ -96,8 +99,10 @@ def plan_read(
     user_schema: st.StructType | None,
     *,
     frame: FrameInput | None = None,
+    primary_key: bool = False,
 ) -> ReadPlan:
-    """The read of ``raw``'s input, or (``frame``) the decoding of a DataFrame's Kafka records."""
+    """The read of ``raw``'s input, or (``frame``) the decoding of a DataFrame's Kafka records; with
+    ``primary_key``, also the key its first messages name (one sample serves that and the inference)."""
     factory = resolve_format(format_name)
     options = split_options(raw, factory)
     row_kind = options.get("rowKindColumn")
@@ -114,7 +119,8 @@ def plan_read(
     columns = _declared_columns(
         options, user_schema, (row_kind, control), connector_metadata, format_metadata
     )
-    decoder, inferred = _decoder(factory, format_options, columns, format_metadata, source, options)
+    sample = _Sample(source)
+    decoder, inferred = _decoder(factory, format_options, columns, format_metadata, sample, options)
     decoded: Schema = decoder.schema
     output = struct_type(decoded)
     for key in connector_metadata:
@@ -165,6 +171,7 @@ def plan_read(
         handoff_path=handoff,
         changelog=changelog,
         inferred_columns=inferred,
+        primary_key=_primary_key(factory, sample) if primary_key else None,
     )
 
 
@@ -296,7 +303,7 @@ def _decoder(
     format_options: dict[str, str],
     columns: Schema | None,
     metadata: tuple[str, ...],
-    source: ReplayInput | KafkaInput | FrameInput,
+    sample: _Sample,
     options: SplitOptions,
 ) -> tuple[Decoder, Schema | None]:
     """The decoder, and the columns inferred from the first messages (None: declared)."""
@@ -321,7 +328,7 @@ def _decoder(
     found = (
         inferred_columns.decode(handed)
         if handed is not None
-        else _physical(_infer(decoder, source), factory, metadata)
+        else _physical(_infer(decoder, sample), factory, metadata)
     )
     # Pin the inferred columns: every executor decodes against the same schema, and a message with
     # more columns stops the read (SchemaChangedError) instead of losing them.
@@ -357,9 +364,9 @@ def _physical(schema: Schema, factory: FormatFactory, metadata: tuple[str, ...])
     return Schema(tuple(f for f in schema if f.name not in names))
 
 
-def _infer(decoder: Decoder, source: ReplayInput | KafkaInput | FrameInput) -> Schema:
+def _infer(decoder: Decoder, sample: _Sample) -> Schema:
     out = DecodeOutput()
-    for message in itertools.islice(_sample(source), INFERENCE_SAMPLE):
+    for message in sample.messages():
         decoder.decode(message, out)
         schema: Schema | None = getattr(decoder, "schema", None)
         if schema is not None:
@@ -368,6 +375,37 @@ def _infer(decoder: Decoder, source: ReplayInput | KafkaInput | FrameInput) -> S
         f"format '{decoder.format_name}' found no message to infer the columns from in the first "
         f"{INFERENCE_SAMPLE}: pass the table columns with .option('columns', '<DDL>')"
     )
+
+
+def _primary_key(factory: FormatFactory, sample: _Sample) -> tuple[str, ...] | None:
+    """The primary key the first messages name, or None; two messages naming different keys (several
+    tables in one input) are an error."""
+    found: tuple[str, ...] | None = None
+    for message in sample.messages():
+        named = factory.primary_key(message.key, message.value)
+        if named is None or named == found:
+            continue
+        if found is not None:
+            raise ConnectorOptionError(
+                f"the messages name two primary keys, ({', '.join(found)}) and ({', '.join(named)}) at "
+                f"{message.origin()}: the input holds several tables; name the key with --key, or read one "
+                "table's topic"
+            )
+        found = named
+    return found
+
+
+class _Sample:
+    """The first :data:`INFERENCE_SAMPLE` messages of the input, read once, when first asked for."""
+
+    def __init__(self, source: ReplayInput | KafkaInput | FrameInput) -> None:
+        self.source = source
+        self._messages: list[Message] | None = None
+
+    def messages(self) -> list[Message]:
+        if self._messages is None:
+            self._messages = list(itertools.islice(_sample(self.source), INFERENCE_SAMPLE))
+        return self._messages
 
 
 def _sample(source: ReplayInput | KafkaInput | FrameInput) -> Iterator[Message]:

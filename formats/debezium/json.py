@@ -56,6 +56,7 @@ from cdcflow.formats.json_encode import (
 )
 from cdcflow.formats.lru import SCHEMA_CACHE_SIZE, LruCache
 from cdcflow.formats.options import OptionSet
+from cdcflow.formats.primary_keys import json_key_fields
 from cdcflow.formats.registry import FormatFactory
 from cdcflow.formats.types import INTEGER_KINDS, Schema
 
@@ -381,6 +382,9 @@ class DebeziumJsonFormat(FormatFactory):
         self, options: Mapping[str, str], schema: Schema | None = None, metadata: Sequence[str] = ()
     ) -> DebeziumJsonDecoder:
         return DebeziumJsonDecoder(DebeziumJsonConfig.from_options(options, schema, metadata))
+
+    def primary_key(self, key: bytes | None, value: bytes | None) -> tuple[str, ...] | None:
+        return json_key_fields(key)
 
     def create_encoder(
         self, options: Mapping[str, str], schema: Schema, key_columns: Sequence[str] = ()

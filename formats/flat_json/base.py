@@ -41,6 +41,7 @@ from cdcflow.formats.json_encode import (
     value_encoder,
 )
 from cdcflow.formats.options import Option, OptionSet, boolean, optional_string, regex
+from cdcflow.formats.primary_keys import listed_columns
 from cdcflow.formats.registry import FormatFactory
 from cdcflow.formats.temporal import EPOCH_UTC
 from cdcflow.formats.types import DataType, Schema, TypeKind
@@ -355,6 +356,11 @@ class FlatJsonFormat(FormatFactory):
     #: Canal's decoder is no FlatJsonDecoder: it can read the columns from the messages instead.
     decoder_class: Callable[[FlatJsonConfig], Decoder]
     encoder_class: ClassVar[type[FlatJsonEncoder]]
+    key_list: ClassVar[str]
+    """The envelope field that lists the primary-key columns (a metadata column's source)."""
+
+    def primary_key(self, key: bytes | None, value: bytes | None) -> tuple[str, ...] | None:
+        return listed_columns(value, self.key_list)
 
     def create_decoder(
         self, options: Mapping[str, str], schema: Schema | None = None, metadata: Sequence[str] = ()

@@ -511,3 +511,4 @@ class CanalJsonFormat(FlatJsonFormat):
     metadata_columns = METADATA
     decoder_class = CanalJsonDecoder
     encoder_class = CanalJsonEncoder
+    key_list = SOURCES["pk-names"].field

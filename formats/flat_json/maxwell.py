@@ -147,3 +147,4 @@ class MaxwellJsonFormat(FlatJsonFormat):
     metadata_columns = METADATA
     decoder_class = MaxwellJsonDecoder
     encoder_class = MaxwellJsonEncoder
+    key_list = SOURCES["primary-key-columns"].field

@@ -128,3 +128,4 @@ class OggJsonFormat(FlatJsonFormat):
     metadata_columns = METADATA
     decoder_class = OggJsonDecoder
     encoder_class = OggJsonEncoder
+    key_list = SOURCES["primary-keys"].field

@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import shutil
+from dataclasses import replace
+from importlib import resources
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ from registry_server import RegistryHandler, serving
 from test_debezium_json_registry import SMALL_SCHEMA, framed, recorded
 
 from cdcflow.cli import main
-from cdcflow.connectors.replay.dumps import write_dump
+from cdcflow.connectors.replay.dumps import read_messages, write_dump
 from cdcflow.connectors.spark.dead_letters import read_dead_letters
 from cdcflow.formats import Message
 
@@ -112,3 +114,57 @@ def test_relative_paths_are_the_callers_after_it_changed_directory(
     assert {p.name for p in (work / checkpoint).iterdir()} >= {"offsets", "commits", "cdcflow-lease"}
     assert table_rows(work / "table") == [{"id": 1}, {"id": 2}]
     assert DeltaTable(str(work / "table")).version() == version, "the rerun applied the batch again"
+
+
+BUNDLED = Path(str(resources.files("cdcflow.examples").joinpath("postgres-debezium.dump.jsonl")))
+
+
+def test_without_key_the_job_takes_the_key_the_messages_name_and_resumes(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The bundled recording's Kafka keys are Debezium's ``{"schema", "payload": {"id": ...}}``: the job
+    applies by ``id`` in several micro-batches, and its rerun from the checkpoint applies nothing."""
+    target = tmp_path / "table"
+    command = ["ingest", "--path", str(BUNDLED), "--option", "schema-include=true"]
+    command += ["--option", "maxBytesPerTrigger=100000"]
+    command += ["--target", str(target), "--checkpoint", str(tmp_path / "checkpoint")]
+    assert main(command) == 0
+    err = capsys.readouterr().err
+    assert "primary key (id), named by the messages" in err
+    # the recording's final rows (docs/lakehouse.md's demo, test_delta_golden.py's fold of it)
+    assert [row["id"] for row in table_rows(target)] == [1, 10, 20, 4]
+    assert "batches: 1," not in err.splitlines()[-1], "several micro-batches"
+    versions = DeltaTable(str(target)).version()
+    assert main(command) == 0
+    assert DeltaTable(str(target)).version() == versions
+
+
+def test_without_key_messages_that_name_none_stop_the_job_saying_to_give_one(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    keyless = tmp_path / "keyless.dump.jsonl"
+    write_dump(keyless, [replace(m, key=None) for m in read_messages(str(BUNDLED))])
+    target = tmp_path / "table"
+    code = main(
+        ["ingest", "--path", str(keyless), "--option", "schema-include=true"]
+        + ["--target", str(target), "--checkpoint", str(tmp_path / "checkpoint")]
+    )
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "names a primary key" in err and "--key id" in err and "Traceback" not in err
+    assert not target.exists(), "nothing written before the key is known"
+
+
+def test_messages_naming_two_keys_are_several_tables_and_stop_the_plan(tmp_path: Path) -> None:
+    from cdcflow.connectors.errors import ConnectorOptionError
+    from cdcflow.connectors.spark.read_plan import plan_read
+
+    mixed = tmp_path / "mixed.dump.jsonl"
+    messages = list(read_messages(str(BUNDLED)))
+    write_dump(mixed, [*messages[:3], replace(messages[3], key=b'{"sku": 1}'), *messages[4:]])
+    options = {"path": str(mixed), "schema-include": "true"}
+    with pytest.raises(ConnectorOptionError, match=r"two primary keys, \(id\) and \(sku\) at .*mixed"):
+        plan_read("debezium-json", options, None, primary_key=True)
+    assert plan_read(
+        "debezium-json", {**options, "path": str(BUNDLED)}, None, primary_key=True
+    ).primary_key == ("id",)

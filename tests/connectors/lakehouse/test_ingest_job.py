@@ -120,8 +120,8 @@ def test_config_errors_name_the_setting(tmp_path: Path) -> None:
                 )
             )
         )
-    with pytest.raises(CdcflowError, match="needs --key"):
-        config_from(settings(parse(["--path", "x", "--target", "t", "--checkpoint", "c"])))
+    with pytest.raises(CdcflowError, match="needs --checkpoint"):  # --key may be left out: the messages'
+        config_from(settings(parse(["--path", "x", "--target", "t"])))
 
 
 def produce_events(bootstrap: str, topic: str, events: list[Any]) -> None:
@@ -131,11 +131,13 @@ def produce_events(bootstrap: str, topic: str, events: list[Any]) -> None:
     assert producer.flush(30) == 0
 
 
-def products_from_kafka(tmp_path: Path, bootstrap: str, topic: str, **options: str) -> IngestConfig:
+def products_from_kafka(
+    tmp_path: Path, bootstrap: str, topic: str, key: tuple[str, ...] = ("id",), **options: str
+) -> IngestConfig:
     """The ingest of ``topic``'s Debezium products events into ``tmp_path/products``."""
     return IngestConfig(
         format="debezium-json",
-        key=("id",),
+        key=key,
         target=str(tmp_path / "products"),
         checkpoint=str(tmp_path / "checkpoint"),
         bootstrap_servers=bootstrap,
@@ -157,11 +159,15 @@ def test_kafka_topic_lands_in_delta_exactly_once_across_restarts(
     def produce(batch: list[Any]) -> None:
         produce_events(kafka_cluster.bootstrap_servers, topic, batch)
 
-    config = products_from_kafka(tmp_path, kafka_cluster.bootstrap_servers, topic, maxOffsetsPerTrigger="50")
+    # No key given: the job applies by the one the messages' Kafka keys name ({"id": ...}).
+    config = products_from_kafka(
+        tmp_path, kafka_cluster.bootstrap_servers, topic, key=(), maxOffsetsPerTrigger="50"
+    )
     produce(events[:half])
     first = ingest(config, spark)
     produce(events[half:])
     second = ingest(config, spark)
+    assert first.key == second.key == ("id",)
     assert first.batches > 1 and second.batches >= 1
     rows = DeltaTable(config.target).to_pyarrow_table().to_pylist()
     assert len(rows) == len({row["id"] for row in rows})

@@ -1,0 +1,53 @@
+"""The primary-key columns a message names, so a user need not type them.
+
+Debezium keys each message by its table's primary key: the Kafka key is a JSON object of the key
+columns, or Kafka Connect's ``{"schema", "payload"}`` form of it (``key.converter.schemas.enable``),
+whose schema lists the columns in key order. Canal, Maxwell and OGG list the key columns in the
+envelope (``pkNames``, ``primary_key_columns``, ``primary_keys``). A message that names none (a
+TRUNCATE has no key; Maxwell lists them only when told to) gives None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+
+def json_key_fields(key: bytes | None) -> tuple[str, ...] | None:
+    """The columns of a JSON message key (either JsonConverter form), or None when it is not an object."""
+    parsed = _object(key)
+    if parsed is None:
+        return None
+    schema, payload = parsed.get("schema"), parsed.get("payload")
+    if (
+        set(parsed) == {"schema", "payload"}
+        and isinstance(schema, Mapping)
+        and schema.get("type") == "struct"
+    ):
+        fields = schema.get("fields")
+        names = [f.get("field") for f in fields if isinstance(f, Mapping)] if isinstance(fields, list) else []
+        if names and all(isinstance(name, str) for name in names):
+            return tuple(str(name) for name in names)
+        return tuple(payload) if isinstance(payload, Mapping) and payload else None
+    return tuple(parsed) if parsed else None
+
+
+def listed_columns(value: bytes | None, field: str) -> tuple[str, ...] | None:
+    """The column names a JSON envelope lists in ``field``, or None when it lists none."""
+    parsed = _object(value)
+    names = parsed.get(field) if parsed is not None else None
+    if isinstance(names, list) and names and all(isinstance(name, str) for name in names):
+        return tuple(names)
+    return None
+
+
+def _object(data: bytes | None) -> Mapping[str, Any] | None:
+    if not data:
+        return None
+    try:
+        parsed = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
