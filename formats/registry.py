@@ -2,9 +2,9 @@
 entry-point group. Nothing registers itself on import.
 
 Each factory class declares everything the rest of cdcflow knows of its format (name, aliases, Spark
-source name, options, metadata columns, columnar decoder, where a message names its primary key);
-connectors read these declarations and never test a format's name. Adding a built-in format is one line
-in ``_BUILTIN`` (docs/formats.md).
+source name, options, metadata columns, columnar decoder, where a message names its primary key and
+its table); connectors read these declarations and never test a format's name. Adding a built-in format
+is one line in ``_BUILTIN`` (docs/formats.md).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 from cdcflow.formats.base import Decoder, Encoder, MetadataColumn, require_schema
 from cdcflow.formats.errors import UnknownFormatError
 from cdcflow.formats.options import OptionSet
+from cdcflow.formats.source_tables import SourceTable
 from cdcflow.formats.types import Schema
 
 ENTRY_POINT_GROUP = "cdcflow.formats"
@@ -66,6 +67,11 @@ class FormatFactory(ABC):
         """The primary-key columns one message names (its Kafka key's fields, or the list its envelope
         carries: :mod:`cdcflow.formats.primary_keys`), or None when it names none: then the user names
         them (``--key``)."""
+        return None
+
+    def source_table(self, value: bytes | None) -> SourceTable | None:
+        """The source table one message names (:mod:`cdcflow.formats.source_tables`), or None: then a
+        whole-database job routes it by its topic's name."""
         return None
 
     def require_schema(self, schema: Schema | None) -> Schema:

@@ -54,6 +54,10 @@ SETTINGS = (
     "delta_jars",
     "jars",
     "commit_group",
+    "topic_pattern",
+    "include_tables",
+    "exclude_tables",
+    "table_key",
 )
 
 
@@ -84,7 +88,30 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--target",
         metavar="DELTA_PATH",
-        help="the Delta table (created on first write): a path, or s3://, abfss://, gs:// ...",
+        help="the Delta table (created on first write): a path, or s3://, abfss://, gs:// ...; with "
+        "placeholders {db}, {schema}, {table}, {topic} (e.g. /lake/{db}/{table}) every table of the input "
+        "lands in a table of its own (a whole database in one job)",
+    )
+    parser.add_argument(
+        "--topic-pattern",
+        metavar="REGEX",
+        help="Kafka: every topic matching REGEX (new ones too, under --trigger continuous), each table to "
+        "the --target its placeholders name",
+    )
+    parser.add_argument(
+        "--include-tables",
+        metavar="REGEX",
+        help="a whole database: only the tables whose name (db.schema.table, or db.table) matches REGEX",
+    )
+    parser.add_argument(
+        "--exclude-tables", metavar="REGEX", help="a whole database: leave out the tables matching REGEX"
+    )
+    parser.add_argument(
+        "--table-key",
+        action="append",
+        metavar="TABLE=COLS",
+        help="a whole database: the primary key of one table, e.g. 'inventory.items=id,sku' (repeatable; "
+        "default: the key its messages name)",
     )
     parser.add_argument(
         "--checkpoint", metavar="DIR", help="the query's checkpoint (and key state): a path or s3a:// ..."
@@ -211,9 +238,10 @@ def _read_config(path: str) -> dict[str, Any]:
     except (OSError, tomllib.TOMLDecodeError) as error:
         raise CdcflowUsageError(f"--config {path}: {error}") from None
     settings = {key.replace("-", "_"): value for key, value in data.items()}
-    unknown = sorted(set(settings) - {*SETTINGS, "options", "storage_options"})
+    known = (*SETTINGS, "options", "storage_options", "table_keys")
+    unknown = sorted(set(settings) - set(known))
     if unknown:
-        valid = ", ".join(name.replace("_", "-") for name in (*SETTINGS, "options", "storage-options"))
+        valid = ", ".join(name.replace("_", "-") for name in known)
         raise CdcflowUsageError(f"--config {path}: unknown settings {', '.join(unknown)}; valid: {valid}")
     return settings
 
@@ -236,6 +264,8 @@ def config_from(merged: dict[str, Any]) -> tuple[Any, bool]:
     if merged.get("bootstrap_servers"):
         kafka_timeout_option(merged["options"], _duration(merged.get("kafka_timeout"), "kafka-timeout", None))
     topics = merged.get("topic") or ()
+    table_keys = dict(_table_keys(merged.get("table_key") or []))
+    table_keys.update({str(k): _names(v) for k, v in (merged.get("table_keys") or {}).items()})
     return (
         IngestConfig(
             format=merged.get("format") or "debezium-json",
@@ -265,6 +295,10 @@ def config_from(merged: dict[str, Any]) -> tuple[Any, bool]:
             storage_options=merged.get("storage_options") or {},
             jars=merged.get("jars"),
             commit_group=merged.get("commit_group"),
+            topic_pattern=merged.get("topic_pattern"),
+            include_tables=merged.get("include_tables"),
+            exclude_tables=merged.get("exclude_tables"),
+            table_keys=table_keys,
         ),
         demo,
     )
@@ -290,6 +324,19 @@ def _interval(value: Any) -> str:
     return spark_interval(duration, "--interval")
 
 
+def _table_keys(entries: Any) -> list[tuple[str, tuple[str, ...]]]:
+    """``--table-key 'db.table=a,b'`` entries."""
+    pairs = []
+    for entry in [entries] if isinstance(entries, str) else entries:
+        table, sep, columns = str(entry).partition("=")
+        if not sep or not table.strip() or not _names(columns):
+            raise CdcflowUsageError(
+                f"--table-key {entry!r} must look like TABLE=COLUMNS, e.g. 'inventory.items=id,sku'"
+            )
+        pairs.append((table.strip(), _names(columns)))
+    return pairs
+
+
 def _names(value: Any) -> tuple[str, ...]:
     items = value if isinstance(value, list | tuple) else str(value).split(",")
     return tuple(str(item).strip() for item in items if str(item).strip())
@@ -312,7 +359,7 @@ def run(args: argparse.Namespace) -> int:
     from cdcflow.connectors.spark.jobs import check_local_dir, spark_errors
 
     config, demo = config_from(settings(args))
-    source = config.path or f"{config.bootstrap_servers} {','.join(config.topics)}"
+    source = config.path or f"{config.bootstrap_servers} {config.topic_pattern or ','.join(config.topics)}"
     shown = f"{config.format} from {redact(source)} into {redact(config.target)}"
     print(f"cdcflow ingest: {shown}", file=sys.stderr)
     check_local_dir(config.checkpoint, "--checkpoint")
@@ -321,7 +368,7 @@ def run(args: argparse.Namespace) -> int:
         summary = ingest(config, out=sys.stderr)  # its last line says what it did
     if summary.interrupted:
         return INTERRUPTED
-    if demo or args.show:
+    if (demo or args.show) and not summary.tables:
         print_table(config.target, summary.key, config.storage_options)
     return 0
 

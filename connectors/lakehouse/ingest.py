@@ -11,10 +11,11 @@ import contextlib
 import difflib
 import json
 import os
+import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from functools import cached_property
@@ -40,6 +41,7 @@ from cdcflow.connectors.lakehouse.ingest_defaults import (
 )
 from cdcflow.connectors.lakehouse.ingest_report import IngestSummary, lag_text, progress_line, reported_batch
 from cdcflow.connectors.lakehouse.sink import DeltaSink, apply_options
+from cdcflow.connectors.lakehouse.target_names import is_database_target
 from cdcflow.connectors.spark import inferred_columns
 from cdcflow.connectors.spark.accounting import CountsSince
 from cdcflow.formats.redact import redacted_repr
@@ -103,6 +105,15 @@ class IngestConfig:
     commit_group: str | None = None
     """Kafka: the consumer group each applied micro-batch's end offsets are committed to, for lag tools
     (never read back: the checkpoint says where the job goes on; :mod:`.group_offsets`)."""
+    topic_pattern: str | None = None
+    """Kafka: every topic matching this regular expression, each routed to its table (Spark's
+    ``subscribePattern``); needs a target with placeholders."""
+    include_tables: str | None = None
+    """A whole-database job lands only the tables whose qualified name matches this expression."""
+    exclude_tables: str | None = None
+    """A whole-database job leaves out the tables whose qualified name matches this expression."""
+    table_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """A whole-database job's primary keys by table (qualified or bare name), over the messages'."""
 
     def __repr__(self) -> str:
         return redacted_repr(self)
@@ -115,8 +126,34 @@ class IngestConfig:
             raise ConnectorOptionError(
                 "give either --path (recorded files) or --bootstrap-servers and --topic"
             )
-        if self.bootstrap_servers and not self.topics:
-            raise ConnectorOptionError("--bootstrap-servers needs at least one --topic")
+        if self.bootstrap_servers and not self.topics and not self.topic_pattern:
+            raise ConnectorOptionError("--bootstrap-servers needs at least one --topic or a --topic-pattern")
+        if self.topics and self.topic_pattern:
+            raise ConnectorOptionError("give --topic or --topic-pattern, not both")
+        database = is_database_target(self.target)
+        for flag, given in (
+            ("--topic-pattern", self.topic_pattern),
+            ("--include-tables", self.include_tables),
+            ("--exclude-tables", self.exclude_tables),
+            ("--table-key", bool(self.table_keys)),
+        ):
+            if given and not database:
+                raise ConnectorOptionError(
+                    f"{flag} is for a whole database: give a --target with placeholders, e.g. "
+                    "--target '/lake/{db}/{table}'"
+                )
+            if isinstance(given, str):
+                try:
+                    re.compile(given)
+                except re.error as error:
+                    raise ConnectorOptionError(
+                        f"{flag} {given!r} is no regular expression: {error}"
+                    ) from None
+        if database and self.path and not os.path.isdir(self.path.removeprefix("file://")):
+            raise ConnectorOptionError(
+                f"--path {self.path}: a whole-database target reads a folder of recorded topics (one file "
+                "or folder per topic); give the folder"
+            )
         if self.commit_group is not None and not self.bootstrap_servers:
             raise ConnectorOptionError("--commit-group commits Kafka offsets: it needs --bootstrap-servers")
         if self.trigger not in ("available-now", "continuous"):
@@ -158,7 +195,10 @@ class IngestConfig:
             options["path"] = self.path
         else:
             options["kafka.bootstrap.servers"] = str(self.bootstrap_servers)
-            options.setdefault("subscribe", ",".join(self.topics))
+            if self.topic_pattern:
+                options.setdefault("subscribePattern", self.topic_pattern)
+            else:
+                options.setdefault("subscribe", ",".join(self.topics))
             options.setdefault("startingOffsets", "earliest")
         if self.resolved_sequence() == DEBEZIUM_SEQUENCE:
             add_metadata(options, *LOG_POSITION)
@@ -219,7 +259,7 @@ def ingest(
     """
     storage = Storage(dict(config.storage_options))
     lease = CheckpointLease(config.checkpoint, storage)
-    if config.commit_group is not None:
+    if config.commit_group is not None and not is_database_target(config.target):  # else per table
         on_batch = committing(
             config.commit_group, config.checkpoint, storage, config.source_options(), on_batch
         )
@@ -236,18 +276,64 @@ def _ingest(
     on_batch: Callable[[BatchApplied], None],
     lease: CheckpointLease,
 ) -> IngestSummary:
-    from cdcflow.connectors.kafka.admin import discover_partitions
+    if is_database_target(config.target):
+        from cdcflow.connectors.lakehouse.database import ingest_database
+
+        return ingest_database(config, spark, out, on_batch, lease)
+    table = prepare_table(config, on_batch, out)
+    if not is_remote(config.checkpoint):
+        lease.take()  # before Spark starts: a second job on the checkpoint is refused at once
+    with job_session(config, spark) as session:
+        lease.take(session)  # on an object store: written with Spark's file system, conditionally
+        started = time.monotonic()
+        try:
+            interrupted = table.run(session, out)
+        finally:
+            table.sink.close()
+    summary = table.summary(started, interrupted)
+    out.write(f"cdcflow ingest: {summary}\n")
+    out.flush()
+    return summary
+
+
+@contextlib.contextmanager
+def job_session(config: IngestConfig, spark: SparkSession | None) -> Iterator[SparkSession]:
+    """The given or active session, or a local one this job starts and stops (a notebook's or a test's
+    own keeps running)."""
     from cdcflow.connectors.spark.jobs import local_session
+
+    if spark is None:
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.getActiveSession()
+    own_session = spark is None
+    session = spark or local_session("cdcflow-ingest", _session_config(config))
+    try:
+        yield session
+    finally:
+        if own_session:
+            session.stop()
+
+
+def prepare_table(
+    config: IngestConfig,
+    on_batch: Callable[[BatchApplied], None],
+    out: TextIO,
+    plan: ReadPlan | None = None,
+    label: str = "",
+) -> Table:
+    """One table's read planned, its key and columns checked and its sink built: all before Spark."""
+    from cdcflow.connectors.kafka.admin import discover_partitions
     from cdcflow.connectors.spark.read_plan import KafkaInput
 
     sequence = config.resolved_sequence()
     links = config.links()
-    plan = _plan(config)
+    plan = plan or _plan(config)
     if isinstance(plan.input, KafkaInput):
         discover_partitions(plan.input.options)  # an unreachable cluster or a missing topic: before Spark
     if not config.key:
         config = replace(config, key=source_key(config, plan))
-        print(f"cdcflow ingest: primary key ({', '.join(config.key)}), named by the messages", file=out)
+        out.write(f"cdcflow ingest: {label}primary key ({', '.join(config.key)}), named by the messages\n")
     check_columns(config, plan)
     origin = origin_columns(config, plan)
     options = apply_options(
@@ -275,48 +361,51 @@ def _ingest(
         pipeline=config.backend == "delta-rs",
     )
     sink.check_identity()
-    if not is_remote(config.checkpoint):
-        lease.take()  # before Spark starts: a second job on the checkpoint is refused at once
-    if spark is None:
-        from pyspark.sql import SparkSession
-
-        spark = SparkSession.getActiveSession()
-    # Only a session this call starts is stopped: a notebook's or a test's own keeps running.
-    own_session = spark is None
-    session = spark or local_session("cdcflow-ingest", _session_config(config))
-    started = time.monotonic()
-    gate = _BatchGate(sink)
     accounting = config.accounting_path()
     local = None if is_remote(config.checkpoint) else config.checkpoint.removeprefix("file://")
     counts = CountsSince(accounting, local) if accounting is not None else None
-    try:
-        lease.take(session)  # on an object store: written with Spark's file system, conditionally
-        sink.bind(session)
-        sink.recover()
-        handoff_path = _handoff_path(config, session)
-        interrupted = _run(config, plan, session, sink, gate, out, counts, origin, handoff_path)
-        sink.drain()
-    finally:
-        sink.close()
-        if own_session:
-            session.stop()
-    table = open_table(config.target, sink.storage)
-    ended = time.monotonic()
-    summary = IngestSummary(
-        batches=sink.progress.batches,
-        progress=sink.progress.now,
-        seconds=ended - started,
-        table_version=table.version() if table is not None else None,
-        table_rows=table.count() if table is not None else None,
-        messages=counts.counts() if counts is not None else None,
-        interrupted=interrupted,
-        batch_seconds=None if gate.first_started is None else ended - gate.first_started,
-        key=config.key,
-        dead_letters_to=_dead_letters_to(config.options),
-    )
-    out.write(f"cdcflow ingest: {summary}\n")
-    out.flush()
-    return summary
+    return Table(config, plan, sink, origin, _BatchGate(sink, label), counts)
+
+
+@dataclass
+class Table:
+    """One source table's ingestion: its read plan, its sink (target, key state, transaction) and the
+    gate Spark calls it through."""
+
+    config: IngestConfig
+    plan: ReadPlan
+    sink: DeltaSink
+    origin: tuple[str, ...]
+    gate: _BatchGate
+    counts: CountsSince | None
+
+    def run(self, session: SparkSession, out: TextIO) -> bool:
+        """Recover the sink and run the query to its end; True when Ctrl-C stopped it."""
+        self.sink.bind(session)
+        self.sink.recover()
+        handoff_path = _handoff_path(self.config, session)
+        interrupted = _run(
+            self.config, self.plan, session, self.sink, self.gate, out, self.counts, self.origin, handoff_path
+        )
+        self.sink.drain()
+        return interrupted
+
+    def summary(self, started: float, interrupted: bool) -> IngestSummary:
+        """What the run since ``started`` (``time.monotonic()``) did."""
+        table = open_table(self.config.target, self.sink.storage)
+        ended, gate = time.monotonic(), self.gate
+        return IngestSummary(
+            batches=self.sink.progress.batches,
+            progress=self.sink.progress.now,
+            seconds=ended - started,
+            table_version=table.version() if table is not None else None,
+            table_rows=table.count() if table is not None else None,
+            messages=self.counts.counts() if self.counts is not None else None,
+            interrupted=interrupted,
+            batch_seconds=None if gate.first_started is None else ended - gate.first_started,
+            key=self.config.key,
+            dead_letters_to=_dead_letters_to(self.config.options),
+        )
 
 
 def _dead_letters_to(options: Mapping[str, str]) -> str | None:
@@ -488,10 +577,14 @@ def _run(
             writer = writer.trigger(availableNow=True)
         else:
             writer = writer.trigger(processingTime=config.interval)
-        query = writer.start()
+        if gate.stopping:
+            return True
+        query = gate.query = writer.start()
         try:
             return _follow(query, gate, out, counts)
         except StreamingQueryException as error:
+            if gate.stopping:
+                return True
             change = schema_change(str(error))
             if change is None:
                 raise spark_failure(error) from error
@@ -520,8 +613,12 @@ class _BatchGate:
     Py4J call, and Spark's check of that error overflows the JVM's stack (a StackOverflowError of a
     thousand lines); a batch that finishes is committed, and the run says so."""
 
-    def __init__(self, sink: DeltaSink) -> None:
+    def __init__(self, sink: DeltaSink, label: str = "") -> None:
         self.sink = sink
+        self.label = label
+        """``[db.table] ``: what the progress lines of one table of many start with."""
+        self.query: StreamingQuery | None = None
+        """The query running now (a schema change starts another)."""
         self.first_started: float | None = None
         self._stopping = False
         self._running = False
@@ -541,8 +638,12 @@ class _BatchGate:
                 self._running = False
                 self._idle.notify_all()
 
-    def stop(self, query: StreamingQuery) -> None:
-        """Let the batch in progress finish, then stop ``query``; a second Ctrl-C stops it at once."""
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def stop(self) -> None:
+        """Let the batch in progress finish, then stop the query; a second Ctrl-C stops it at once."""
         from cdcflow.connectors.spark.jobs import stop_quietly
 
         try:
@@ -551,7 +652,8 @@ class _BatchGate:
                 while self._running:
                     self._idle.wait(0.2)
         finally:
-            stop_quietly(query)
+            if self.query is not None:
+                stop_quietly(self.query)
 
 
 def _follow(query: StreamingQuery, gate: _BatchGate, out: TextIO, counts: CountsSince | None = None) -> bool:
@@ -565,7 +667,9 @@ def _follow(query: StreamingQuery, gate: _BatchGate, out: TextIO, counts: Counts
         out.write("cdcflow ingest: Ctrl-C: stopping after the batch in progress (Ctrl-C again: at once)\n")
         out.flush()
         with contextlib.suppress(KeyboardInterrupt):
-            gate.stop(query)
+            gate.stop()
+        return True
+    if gate.stopping:  # stopped by the job (another table's Ctrl-C)
         return True
     query.awaitTermination()
     gate.sink.drain()  # the last batch's line too
@@ -593,7 +697,7 @@ def _show_progress(
     for progress in pending:
         if not final and progress.last is not None and reported < progress.last.batch_id:
             break
-        out.write(progress_line(progress, since, lag, committed) + "\n")
+        out.write(progress_line(progress, since, lag, committed, gate.label) + "\n")
         shown = progress.batches
     out.flush()
     return shown

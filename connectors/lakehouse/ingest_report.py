@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from cdcflow.connectors.lakehouse.sink import Progress
@@ -31,6 +31,10 @@ class IngestSummary:
     """Where the source wrote its dead letters (``deadLetterPath`` or ``deadLetterTopic``)."""
     key: tuple[str, ...] = ()
     """The primary key the job applied by: ``--key``, or the one the messages name."""
+    tables: Mapping[str, IngestSummary] = field(default_factory=dict)
+    """A whole-database job's summary of each table (by qualified name); these fields are their totals."""
+    skipped_tables: tuple[str, ...] = ()
+    """The tables a whole-database job left out (``--include-tables`` / ``--exclude-tables``)."""
 
     def __str__(self) -> str:
         """One line, non-zero counts only: ``done: ...``, or ``interrupted (Ctrl-C): ... committed``."""
@@ -41,7 +45,12 @@ class IngestSummary:
         work = f"{_plural(self.batches, 'batch', 'batches')}, {p.totals.changes:,} changes{rate}" + (
             f": {applied}" if applied else ""
         )
-        table = f"table version {self.table_version}, {self.table_rows or 0:,} rows"
+        if self.tables:
+            table = f"{_plural(len(self.tables), 'table', 'tables')}, {self.table_rows or 0:,} rows"
+            if self.skipped_tables:
+                table += f" ({len(self.skipped_tables):,} more left out: {', '.join(self.skipped_tables)})"
+        else:
+            table = f"table version {self.table_version}, {self.table_rows or 0:,} rows"
         if self.interrupted:
             parts = [f"interrupted (Ctrl-C): committed {work}", table]
         elif self.batches == 0:
@@ -99,7 +108,11 @@ def _messages_text(m: MessageCounts, dead_letters_to: str | None) -> str:
 
 
 def progress_line(
-    progress: Progress, seconds: float | None, lag: str | None, messages: MessageCounts | None = None
+    progress: Progress,
+    seconds: float | None,
+    lag: str | None,
+    messages: MessageCounts | None = None,
+    label: str = "",
 ) -> str:
     """``batches: 3, changes: 1,200 (400 changes/s), upserted: 1,000, ...``: non-zero counts only, the
     rate over ``seconds`` (since the first batch started), ``messages`` those of committed batches."""
@@ -116,7 +129,7 @@ def progress_line(
         shown.append(f"last batch: {progress.last.seconds * 1000:,.0f} ms")
     if lag is not None:
         shown.append(f"lag: {lag}")
-    return "cdcflow ingest: " + ", ".join(shown)
+    return f"cdcflow ingest: {label}" + ", ".join(shown)
 
 
 def reported_batch(query: StreamingQuery) -> int:

@@ -30,6 +30,7 @@ from cdcflow.formats.base import DecodeOutput, Decoder, Message
 from cdcflow.formats.errors import FormatOptionError, SchemaError
 from cdcflow.formats.redact import redact
 from cdcflow.formats.registry import FormatFactory, resolve_format
+from cdcflow.formats.source_tables import SourceTable
 from cdcflow.formats.types import STRING, DataType, Field, Schema, TypeKind, parse_ddl
 
 INFERENCE_SAMPLE = 100
@@ -91,6 +92,11 @@ class ReadPlan:
     primary_key: tuple[str, ...] | None = None
     """The primary-key columns the first messages name (:meth:`FormatFactory.primary_key`), when the
     plan was asked for them (``plan_read(..., primary_key=True)``); None when none names one."""
+    source_tables: tuple[SourceTable, ...] = ()
+    """The source tables the first messages name (:meth:`FormatFactory.source_table`), in order, when
+    the plan was asked for them (``plan_read(..., tables=True)``)."""
+    sampled_topic: str | None = None
+    """The topic of the first message sampled (a dump's recorded topic), when asked for the tables."""
 
 
 def plan_read(
@@ -100,6 +106,7 @@ def plan_read(
     *,
     frame: FrameInput | None = None,
     primary_key: bool = False,
+    tables: bool = False,
 ) -> ReadPlan:
     """The read of ``raw``'s input, or (``frame``) the decoding of a DataFrame's Kafka records; with
     ``primary_key``, also the key its first messages name (one sample serves that and the inference)."""
@@ -172,6 +179,8 @@ def plan_read(
         changelog=changelog,
         inferred_columns=inferred,
         primary_key=_primary_key(factory, sample) if primary_key else None,
+        source_tables=_source_tables(factory, sample) if tables else (),
+        sampled_topic=next((m.topic for m in sample.messages()), None) if tables else None,
     )
 
 
@@ -371,6 +380,11 @@ def _infer(decoder: Decoder, sample: _Sample) -> Schema:
         schema: Schema | None = getattr(decoder, "schema", None)
         if schema is not None:
             return schema
+    if not sample.messages():
+        raise EmptyInputError(
+            f"format '{decoder.format_name}' found no message to infer the columns from: the input is "
+            "empty; pass the table columns with .option('columns', '<DDL>')"
+        )
     raise ConnectorOptionError(
         f"format '{decoder.format_name}' found no message to infer the columns from in the first "
         f"{INFERENCE_SAMPLE}: pass the table columns with .option('columns', '<DDL>')"
@@ -393,6 +407,15 @@ def _primary_key(factory: FormatFactory, sample: _Sample) -> tuple[str, ...] | N
             )
         found = named
     return found
+
+
+def _source_tables(factory: FormatFactory, sample: _Sample) -> tuple[SourceTable, ...]:
+    named = (factory.source_table(message.value) for message in sample.messages())
+    return tuple(dict.fromkeys(table for table in named if table is not None))
+
+
+class EmptyInputError(ConnectorOptionError):
+    """The columns were to be inferred and the input holds no message yet."""
 
 
 class _Sample:

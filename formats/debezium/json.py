@@ -58,6 +58,7 @@ from cdcflow.formats.lru import SCHEMA_CACHE_SIZE, LruCache
 from cdcflow.formats.options import OptionSet
 from cdcflow.formats.primary_keys import json_key_fields
 from cdcflow.formats.registry import FormatFactory
+from cdcflow.formats.source_tables import SourceTable, debezium_table
 from cdcflow.formats.types import INTEGER_KINDS, Schema
 
 NAME = "debezium-json"
@@ -385,6 +386,9 @@ class DebeziumJsonFormat(FormatFactory):
 
     def primary_key(self, key: bytes | None, value: bytes | None) -> tuple[str, ...] | None:
         return json_key_fields(key)
+
+    def source_table(self, value: bytes | None) -> SourceTable | None:
+        return debezium_table(value)
 
     def create_encoder(
         self, options: Mapping[str, str], schema: Schema, key_columns: Sequence[str] = ()

@@ -43,6 +43,7 @@ from cdcflow.formats.json_encode import (
 from cdcflow.formats.options import Option, OptionSet, boolean, optional_string, regex
 from cdcflow.formats.primary_keys import listed_columns
 from cdcflow.formats.registry import FormatFactory
+from cdcflow.formats.source_tables import SourceTable, envelope_table
 from cdcflow.formats.temporal import EPOCH_UTC
 from cdcflow.formats.types import DataType, Schema, TypeKind
 
@@ -358,9 +359,14 @@ class FlatJsonFormat(FormatFactory):
     encoder_class: ClassVar[type[FlatJsonEncoder]]
     key_list: ClassVar[str]
     """The envelope field that lists the primary-key columns (a metadata column's source)."""
+    table_fields: ClassVar[tuple[str | None, str]]
+    """The envelope fields naming the database (None: none) and the table of the change."""
 
     def primary_key(self, key: bytes | None, value: bytes | None) -> tuple[str, ...] | None:
         return listed_columns(value, self.key_list)
+
+    def source_table(self, value: bytes | None) -> SourceTable | None:
+        return envelope_table(value, *self.table_fields)
 
     def create_decoder(
         self, options: Mapping[str, str], schema: Schema | None = None, metadata: Sequence[str] = ()

@@ -512,3 +512,4 @@ class CanalJsonFormat(FlatJsonFormat):
     decoder_class = CanalJsonDecoder
     encoder_class = CanalJsonEncoder
     key_list = SOURCES["pk-names"].field
+    table_fields = (SOURCES["database"].field, SOURCES["table"].field)

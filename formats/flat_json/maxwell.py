@@ -148,3 +148,4 @@ class MaxwellJsonFormat(FlatJsonFormat):
     decoder_class = MaxwellJsonDecoder
     encoder_class = MaxwellJsonEncoder
     key_list = SOURCES["primary-key-columns"].field
+    table_fields = (SOURCES["database"].field, SOURCES["table"].field)

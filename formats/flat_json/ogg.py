@@ -129,3 +129,4 @@ class OggJsonFormat(FlatJsonFormat):
     decoder_class = OggJsonDecoder
     encoder_class = OggJsonEncoder
     key_list = SOURCES["primary-keys"].field
+    table_fields = (None, SOURCES["table"].field)

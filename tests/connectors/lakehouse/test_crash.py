@@ -1,6 +1,10 @@
 """Exactly once through crashes: an ingestion of the recorded PostgreSQL workload killed with SIGKILL
 twice mid-stream, each time restarted from its checkpoint, lands the table as PostgreSQL has it.
 
+With delta-rs on local files the job is a whole database: the folder of both recorded tables in one
+job, with no ``--key`` and no ``--schema`` (the key and the columns come from the messages), each table
+routed by ``--target .../{table}`` to its own Delta table, checkpoint and application transaction.
+
 The input is the REPLICA IDENTITY DEFAULT table of ``recorded/`` (test_postgres_workload.py: real
 Debezium events with TOAST placeholders whose values come from earlier batches, primary-key changes that
 move a row to the other partition, re-inserted ids, deletes, a TRUNCATE), read by ``python -m cdcflow
@@ -45,12 +49,15 @@ from test_postgres_workload import (
     unpack,
 )
 
+from cdcflow.connectors.lakehouse.database import TABLES_DIRECTORY
 from cdcflow.connectors.lakehouse.sink import STATE_DIR
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 TABLE = "items_default"
+"""the table the kills wait for (the one of a single-table run)"""
+DATABASE = ("items_default", "items_full")
 KILLS = 2
 BATCHES = 10
 """micro-batches of a run from the start: more than the two kills can reach (each at most 3 versions on)"""
@@ -68,9 +75,9 @@ class Kill:
 @pytest.mark.integration
 @pytest.mark.process
 @pytest.mark.parametrize(
-    ("backend", "storage"),
-    [("delta-rs", "local"), ("spark", "local"), ("delta-rs", "s3")],
-    ids=["delta-rs", "spark", "delta-rs, table and checkpoint on S3"],
+    ("backend", "storage", "tables"),
+    [("delta-rs", "local", DATABASE), ("spark", "local", (TABLE,)), ("delta-rs", "s3", (TABLE,))],
+    ids=["delta-rs, a whole database", "spark", "delta-rs, table and checkpoint on S3"],
 )
 def test_sigkilled_ingestion_restarts_from_its_checkpoint_exactly_once(
     spark: SparkSession,
@@ -78,15 +85,21 @@ def test_sigkilled_ingestion_restarts_from_its_checkpoint_exactly_once(
     expected: dict[str, Any],  # noqa: F811 - the fixture imported above
     backend: str,
     storage: str,
+    tables: tuple[str, ...],
     request: pytest.FixtureRequest,
 ) -> None:
     print(f"CDCFLOW_CRASH_SEED={SEED}")  # shown with a failure's captured output: rerun with it
-    dump = unpack(TABLE, tmp_path)
+    (tmp_path / "topics").mkdir()
+    dumps = {table: unpack(table, tmp_path / "topics") for table in tables}
+    dump = dumps[TABLE]
     options = ingest_options(dump, BATCHES)
     place = lake(storage, tmp_path / "lake", request)
+    database = len(tables) > 1
     args = [
-        *("--format", "debezium-json", "--path", str(dump), "--key", "id"),
-        *("--target", place.path(TABLE), "--checkpoint", place.path("checkpoint", "s3a")),
+        *("--format", "debezium-json"),
+        *(("--path", str(tmp_path / "topics")) if database else ("--path", str(dump), "--key", "id")),
+        *("--target", place.path("{table}" if database else TABLE)),
+        *("--checkpoint", place.path("checkpoint", "s3a")),
         *("--trigger", "available-now"),
         *(arg for key, value in options.items() for arg in ("--option", f"{key}={value}")),
         *(("--backend", "spark", "--delta-jars", delta_jars()) if backend == "spark" else ()),
@@ -107,7 +120,7 @@ def test_sigkilled_ingestion_restarts_from_its_checkpoint_exactly_once(
         job.wait()
         wait_session_gone(job.pid)
         seen = version()
-        kill.landed = _where(*_logs(place, tmp_path / f"logs{run}"))
+        kill.landed = _where(*_logs(place, tmp_path / f"logs{run}", TABLE, database))
 
     job = start_ingest(args, tmp_path / "final.log")
     wait_for(job, TIMEOUT)
@@ -116,26 +129,32 @@ def test_sigkilled_ingestion_restarts_from_its_checkpoint_exactly_once(
     print(f"seed {SEED}: {report}; last run: {tail(tmp_path / 'final.log', 1)}")
     assert version() > seen, "the restarted job applied nothing"
 
-    want = postgres_rows(expected, TABLE)
-    problems = differences(TABLE, want, delta_rows(place, TABLE))
-    assert not problems, f"seed {SEED}, {report}: {problems}"
-    problems = differences(TABLE, want, delta_rows(place, TABLE, spark))
-    assert not problems, f"seed {SEED}, {report}, read by spark.read.format('delta'): {problems}"
+    apps = set()
+    for table, table_dump in dumps.items():
+        want = postgres_rows(expected, table)
+        problems = differences(table, want, delta_rows(place, table))
+        assert not problems, f"seed {SEED}, {report}: {table}: {problems}"
+        problems = differences(table, want, delta_rows(place, table, spark))
+        assert not problems, f"seed {SEED}, {report}, read by spark.read.format('delta'): {table}: {problems}"
 
-    local_target, checkpoint = _logs(place, tmp_path / "logs")
-    assert_batches_and_partitions(checkpoint, dump, options)
-    applied = _batches_that_commit(checkpoint, dump)
-    for log in (local_target, checkpoint / STATE_DIR):
-        transactions = _transactions(log)
-        _assert_applied_once(transactions)
-        assert [v for _, v in transactions] == applied, f"{log}: not one commit per batch that changes it"
+        local_target, checkpoint = _logs(place, tmp_path / "logs", table, database)
+        assert_batches_and_partitions(checkpoint, table_dump, options)
+        applied = _batches_that_commit(checkpoint, table_dump)
+        for log in (local_target, checkpoint / STATE_DIR):
+            transactions = _transactions(log)
+            _assert_applied_once(transactions)
+            assert [v for _, v in transactions] == applied, f"{log}: not one commit per batch that changes it"
+        apps |= {app for app, _ in _transactions(local_target)}
+    assert len(apps) == len(tables), f"each table's commits carry an application id of its own: {apps}"
 
 
-def _logs(place: Lake, into: Path) -> tuple[Path, Path]:
+def _logs(place: Lake, into: Path, table: str, database: bool) -> tuple[Path, Path]:
     """Local folders holding the table's and the checkpoint's logs: the lake's own, or a copy of the
-    bucket's (the Delta logs of the table and the key state, Spark's offsets and commits)."""
+    bucket's (the Delta logs of the table and the key state, Spark's offsets and commits); a whole
+    database keeps each table's checkpoint under the job's ``tables/<topic>``."""
     if not place.on_s3:
-        return place.folder / TABLE, place.folder / "checkpoint"
+        checkpoint = place.folder / "checkpoint"
+        return place.folder / table, checkpoint / TABLES_DIRECTORY / table if database else checkpoint
     for name in (
         f"{TABLE}/_delta_log",
         "checkpoint/offsets",

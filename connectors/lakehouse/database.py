@@ -1,0 +1,350 @@
+"""A whole database in one job: every source table ingested into a Delta table of its own.
+
+The job reads many topics (``--topic`` repeated, ``--topic-pattern``) or a folder of recorded topics
+(one file or folder per topic) and runs one streaming query per topic in one Spark session. Each table
+has its own checkpoint under the job's (``tables/<topic>``), its own key state and its own Delta
+application transaction: a crash after some tables committed a micro-batch replays the batch of each
+of the others, and every table applies it exactly once. Each table's primary key and columns come from
+its messages, ``--target``'s placeholders from its envelope (:mod:`.target_names`). Under ``--trigger
+continuous`` the job looks for new topics (or files) every :data:`DISCOVERY_SECONDS` and starts them
+from their first change; a topic with no message yet waits for one.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING, TextIO
+
+from cdcflow.connectors.errors import ConnectorOptionError
+from cdcflow.connectors.lakehouse.delta.result import BatchApplied
+from cdcflow.connectors.lakehouse.delta.storage import Storage, join
+from cdcflow.connectors.lakehouse.group_offsets import committing
+from cdcflow.connectors.lakehouse.ingest import IngestConfig, Table, job_session, prepare_table
+from cdcflow.connectors.lakehouse.ingest_report import IngestSummary
+from cdcflow.connectors.lakehouse.sink import Progress
+from cdcflow.connectors.lakehouse.target_names import render
+from cdcflow.connectors.spark.accounting import MessageCounts
+from cdcflow.formats.source_tables import SourceTable
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from cdcflow.connectors.lakehouse.checkpoint_lease import CheckpointLease
+    from cdcflow.connectors.spark.read_plan import ReadPlan
+
+TABLES_DIRECTORY = "tables"
+DISCOVERY_SECONDS = 10.0
+_RECORDED_SUFFIXES = (".gz", ".jsonl", ".ndjson", ".json", ".txt", ".dump")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+@dataclass(frozen=True)
+class Topic:
+    """One topic of the job's input: a Kafka topic, or a recorded topic's file or folder (``path``)."""
+
+    name: str
+    path: str | None = None
+
+
+def topics(config: IngestConfig) -> list[Topic]:
+    """The topics the job reads now: the folder's entries, the ``--topic`` list, or the pattern's matches."""
+    if config.path:
+        folder = config.path.removeprefix("file://")
+        return [
+            Topic(_recorded_name(entry), os.path.join(folder, entry))
+            for entry in sorted(os.listdir(folder))
+            if not entry.startswith((".", "_"))
+        ]
+    if config.topics:
+        return [Topic(name) for name in config.topics]
+    from cdcflow.connectors.kafka.admin import discover_partitions
+    from cdcflow.connectors.kafka.options import KafkaOptions
+
+    found = discover_partitions(KafkaOptions.parse(config.source_options()))
+    return [Topic(name) for name in dict.fromkeys(tp.topic for tp in found)]
+
+
+def _recorded_name(entry: str) -> str:
+    name = entry
+    while name.endswith(_RECORDED_SUFFIXES):
+        name = name[: name.rindex(".")]
+    return name or entry
+
+
+class TableSkipped(Exception):
+    """A topic the job does not ingest (now): excluded by ``--exclude-tables``/``--include-tables``."""
+
+
+def table_config(config: IngestConfig, topic: Topic) -> IngestConfig:
+    """The single-table job of one topic; its target is decided once its messages are sampled."""
+    return replace(
+        config,
+        target="",
+        path=topic.path,
+        topics=() if topic.path else (topic.name,),
+        topic_pattern=None,
+        include_tables=None,
+        exclude_tables=None,
+        table_keys={},
+        checkpoint=join(config.checkpoint, TABLES_DIRECTORY, _UNSAFE.sub("_", topic.name)),
+        app_id=f"{config.app_id}.{topic.name}" if config.app_id else None,
+    )
+
+
+def source_table(plan: ReadPlan, topic: Topic) -> SourceTable:
+    """The table a topic's messages name; a topic holding several is refused, one naming none is
+    named after the topic (``prefix.schema.table`` → ``table``)."""
+    if len(plan.source_tables) > 1:
+        names = ", ".join(t.qualified for t in plan.source_tables)
+        raise ConnectorOptionError(
+            f"topic {topic.name} holds several tables ({names}): a whole-database job reads one topic per "
+            "table; for a shared Canal topic give each table its own job with "
+            "--option canal-json.table.include=<table>"
+        )
+    if plan.source_tables:
+        return plan.source_tables[0]
+    return SourceTable(None, None, (plan.sampled_topic or topic.name).rsplit(".", 1)[-1])
+
+
+def included(config: IngestConfig, table: SourceTable) -> bool:
+    name = table.qualified
+    if config.include_tables and re.fullmatch(config.include_tables, name) is None:
+        return False
+    return not (config.exclude_tables and re.fullmatch(config.exclude_tables, name) is not None)
+
+
+def table_key(config: IngestConfig, table: SourceTable, plan: ReadPlan) -> tuple[str, ...]:
+    """``--table-key``'s key of the table (qualified or bare name), else ``--key``, else the messages'."""
+    given = config.table_keys.get(table.qualified) or config.table_keys.get(table.table) or config.key
+    if given:
+        return given
+    if plan.primary_key is None:
+        raise ConnectorOptionError(
+            f"table {table.qualified}: its messages name no primary key (a table without one, or keyless "
+            f"messages): give it with --table-key '{table.qualified}=<columns>'"
+        )
+    return plan.primary_key
+
+
+def plan_table(
+    config: IngestConfig, topic: Topic, on_batch: Callable[[BatchApplied], None], out: TextIO
+) -> tuple[SourceTable, Table]:
+    """One topic planned and checked, its sink built: all before Spark (:func:`prepare_table`)."""
+    from cdcflow.connectors.spark.read_plan import plan_read
+
+    single = table_config(config, topic)
+    plan = plan_read(single.format, single.source_options(), None, primary_key=True, tables=True)
+    table = source_table(plan, topic)
+    if not included(config, table):
+        raise TableSkipped(table.qualified)
+    values = {"db": table.db, "schema": table.schema, "table": table.table, "topic": topic.name}
+    single = replace(
+        single, target=render(config.target, values, table.qualified), key=table_key(config, table, plan)
+    )
+    if config.commit_group is not None:
+        storage = Storage(dict(config.storage_options))
+        on_batch = committing(
+            config.commit_group, single.checkpoint, storage, single.source_options(), on_batch
+        )
+    return table, prepare_table(single, on_batch, out, plan, f"[{table.qualified}] ")
+
+
+class _Job:
+    """The tables of one run, each on a thread of its own running its query; the supervisor (the
+    caller's thread) starts new ones, stops them all on Ctrl-C or on one's failure."""
+
+    def __init__(self, config: IngestConfig, on_batch: Callable[[BatchApplied], None], out: TextIO) -> None:
+        self.config = config
+        self.on_batch = on_batch
+        self.out = out
+        self.tables: dict[str, tuple[SourceTable, Table]] = {}
+        self.skipped: dict[str, str] = {}
+        self.waiting: set[str] = set()
+        self.targets: dict[str, str] = {}
+        self.threads: dict[str, threading.Thread] = {}
+        self.interrupted: dict[str, bool] = {}
+        self.failures: dict[str, BaseException] = {}
+
+    def discover(self) -> list[str]:
+        """Plan the topics not seen yet; the names of those now ready to run."""
+        from cdcflow.connectors.spark.read_plan import EmptyInputError
+
+        ready = []
+        for topic in topics(self.config):
+            if topic.name in self.tables or topic.name in self.skipped:
+                continue
+            try:
+                table, prepared = plan_table(self.config, topic, self.on_batch, self.out)
+            except TableSkipped as skipped:
+                self.skipped[topic.name] = str(skipped)
+                self._say(f"table {skipped} (topic {topic.name}) left out by --include/--exclude-tables")
+                continue
+            except EmptyInputError:
+                if topic.name not in self.waiting:
+                    self._say(f"topic {topic.name} has no message yet: its table starts with its first")
+                self.waiting.add(topic.name)
+                continue
+            other = self.targets.get(prepared.config.target)
+            if other is not None:
+                raise ConnectorOptionError(
+                    f"tables {other} and {table.qualified} both land in {prepared.config.target}: add "
+                    "{db} or {schema} to --target so that each table has a path of its own"
+                )
+            self.targets[prepared.config.target] = table.qualified
+            self.waiting.discard(topic.name)
+            self.tables[topic.name] = (table, prepared)
+            ready.append(topic.name)
+        return ready
+
+    def start(self, name: str, session: SparkSession) -> None:
+        table = self.tables[name][1]
+
+        def work() -> None:
+            try:
+                self.interrupted[name] = table.run(session, self.out)
+            except BaseException as error:  # noqa: BLE001 - handed to the supervisor, which raises it
+                self.failures[name] = error
+            finally:
+                table.sink.close()
+
+        thread = threading.Thread(target=work, name=f"cdcflow-table-{name}", daemon=True)
+        self.threads[name] = thread
+        thread.start()
+
+    def stop(self) -> None:
+        for _, table in self.tables.values():
+            table.gate.stop()
+
+    def _say(self, text: str) -> None:
+        self.out.write(f"cdcflow ingest: {text}\n")
+        self.out.flush()
+
+
+def ingest_database(
+    config: IngestConfig,
+    spark: SparkSession | None,
+    out: TextIO,
+    on_batch: Callable[[BatchApplied], None],
+    lease: CheckpointLease,
+) -> IngestSummary:
+    """Ingest every table of the input into the table ``config.target`` names for it."""
+    from cdcflow.connectors.lakehouse.delta.storage import is_remote
+
+    job = _Job(config, on_batch, out)
+    job.discover()
+    if not job.tables and not job.waiting:
+        raise ConnectorOptionError(
+            f"no table to ingest in {config.path or config.topic_pattern or ', '.join(config.topics)}"
+            + (f" ({len(job.skipped)} left out by --include/--exclude-tables)" if job.skipped else "")
+        )
+    unmatched = [name for name in config.table_keys if not _names_a_table(name, job)]
+    if unmatched and config.trigger == "available-now":
+        raise ConnectorOptionError(
+            f"--table-key {', '.join(unmatched)}: no such table; the tables: "
+            + ", ".join(table.qualified for table, _ in job.tables.values())
+        )
+    if not is_remote(config.checkpoint):
+        lease.take()
+    interrupted = False
+    with job_session(config, spark) as session:
+        lease.take(session)
+        started = time.monotonic()
+        try:
+            interrupted = _supervise(job, session)
+        finally:
+            job.stop()
+            for thread in job.threads.values():
+                thread.join()
+    if job.failures:
+        name, error = next(iter(job.failures.items()))
+        out.write(f"cdcflow ingest: table {job.tables[name][0].qualified} (topic {name}) failed\n")
+        raise error
+    summaries = {
+        table.qualified: prepared.summary(started, job.interrupted.get(name, interrupted))
+        for name, (table, prepared) in job.tables.items()
+    }
+    for name, summary in summaries.items():
+        out.write(f"cdcflow ingest: [{name}] {summary}\n")
+    summary = combined(summaries, time.monotonic() - started, interrupted, job.skipped)
+    out.write(f"cdcflow ingest: {summary}\n")
+    out.flush()
+    return summary
+
+
+def _names_a_table(name: str, job: _Job) -> bool:
+    return any(name in (table.qualified, table.table) for table, _ in job.tables.values())
+
+
+def _supervise(job: _Job, session: SparkSession) -> bool:
+    """Run the tables to their end (available-now: a few at a time; continuous: all, and the new ones
+    as they appear); True when Ctrl-C stopped them."""
+    config = job.config
+    parallel = max(2, os.cpu_count() or 2) if config.trigger == "available-now" else None
+    queued = list(job.tables)
+    discovered = time.monotonic()
+    try:
+        while True:
+            running = [name for name, thread in job.threads.items() if thread.is_alive()]
+            if job.failures:
+                return False
+            while queued and (parallel is None or len(running) < parallel):
+                name = queued.pop(0)
+                job.start(name, session)
+                running.append(name)
+            if not running and not queued and config.trigger == "available-now":
+                return False
+            if config.trigger == "continuous" and time.monotonic() - discovered > DISCOVERY_SECONDS:
+                queued += job.discover()
+                discovered = time.monotonic()
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        job.out.write(
+            "cdcflow ingest: Ctrl-C: stopping every table after its batch in progress "
+            "(Ctrl-C again: at once)\n"
+        )
+        job.out.flush()
+        job.stop()
+        for thread in job.threads.values():
+            try:
+                thread.join()
+            except KeyboardInterrupt:
+                break
+        return True
+
+
+def combined(
+    summaries: Mapping[str, IngestSummary], seconds: float, interrupted: bool, skipped: Mapping[str, str]
+) -> IngestSummary:
+    """The job's totals over its tables' summaries."""
+    progress = Progress()
+    messages = MessageCounts()
+    for summary in summaries.values():
+        p = summary.progress
+        progress = Progress(
+            progress.batches + p.batches, progress.skipped + p.skipped, progress.totals.plus(p.totals), None
+        )
+        if summary.messages is not None:
+            messages = MessageCounts(
+                **{
+                    f.name: getattr(messages, f.name) + getattr(summary.messages, f.name)
+                    for f in fields(messages)
+                }
+            )
+    started = [s.seconds - s.batch_seconds for s in summaries.values() if s.batch_seconds is not None]
+    return IngestSummary(
+        batches=progress.batches,
+        progress=progress,
+        seconds=seconds,
+        table_version=None,
+        table_rows=sum(s.table_rows or 0 for s in summaries.values()),
+        messages=messages,
+        interrupted=interrupted or any(s.interrupted for s in summaries.values()),
+        batch_seconds=seconds - min(started) if started else None,
+        tables=dict(summaries),
+        skipped_tables=tuple(skipped.values()),
+    )
