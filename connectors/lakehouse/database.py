@@ -118,34 +118,40 @@ def included(config: IngestConfig, table: SourceTable) -> bool:
     return not (config.exclude_tables and re.fullmatch(config.exclude_tables, name) is not None)
 
 
-def table_key(config: IngestConfig, table: SourceTable, plan: ReadPlan) -> tuple[str, ...]:
-    """``--table-key``'s key of the table (qualified or bare name), else ``--key``, else the messages'."""
+def table_key(config: IngestConfig, table: SourceTable, plan: ReadPlan) -> tuple[tuple[str, ...], bool]:
+    """``--table-key``'s key of the table (qualified or bare name), else ``--key``, else the messages'
+    (and True)."""
     given = config.table_keys.get(table.qualified) or config.table_keys.get(table.table) or config.key
     if given:
-        return given
+        return given, False
     if plan.primary_key is None:
         raise ConnectorOptionError(
             f"table {table.qualified}: its messages name no primary key (a table without one, or keyless "
             f"messages): give it with --table-key '{table.qualified}=<columns>'"
         )
-    return plan.primary_key
+    return plan.primary_key, True
 
 
 def plan_table(
     config: IngestConfig, topic: Topic, on_batch: Callable[[BatchApplied], None], out: TextIO
 ) -> tuple[SourceTable, Table]:
     """One topic planned and checked, its sink built: all before Spark (:func:`prepare_table`)."""
-    from cdcflow.connectors.spark.read_plan import plan_read
+    from cdcflow.connectors.spark.read_plan import EmptyInputError, plan_read
 
     single = table_config(config, topic)
     plan = plan_read(single.format, single.source_options(), None, primary_key=True, tables=True)
+    if not plan.sampled:
+        raise EmptyInputError(f"topic {topic.name} has no message yet")
     table = source_table(plan, topic)
     if not included(config, table):
         raise TableSkipped(table.qualified)
     values = {"db": table.db, "schema": table.schema, "table": table.table, "topic": topic.name}
-    single = replace(
-        single, target=render(config.target, values, table.qualified), key=table_key(config, table, plan)
-    )
+    key, named = table_key(config, table, plan)
+    if named:
+        out.write(
+            f"cdcflow ingest: [{table.qualified}] primary key ({', '.join(key)}), named by the messages\n"
+        )
+    single = replace(single, target=render(config.target, values, table.qualified), key=key)
     if config.commit_group is not None:
         storage = Storage(dict(config.storage_options))
         on_batch = committing(

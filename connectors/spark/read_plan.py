@@ -97,6 +97,8 @@ class ReadPlan:
     the plan was asked for them (``plan_read(..., tables=True)``)."""
     sampled_topic: str | None = None
     """The topic of the first message sampled (a dump's recorded topic), when asked for the tables."""
+    sampled: int = 0
+    """How many messages the sample holds, when asked for the tables (0: the input is empty)."""
 
 
 def plan_read(
@@ -181,6 +183,7 @@ def plan_read(
         primary_key=_primary_key(factory, sample) if primary_key else None,
         source_tables=_source_tables(factory, sample) if tables else (),
         sampled_topic=next((m.topic for m in sample.messages()), None) if tables else None,
+        sampled=len(sample.messages()) if tables else 0,
     )
 
 

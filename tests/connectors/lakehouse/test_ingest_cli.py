@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import replace
 from importlib import resources
@@ -168,3 +169,75 @@ def test_messages_naming_two_keys_are_several_tables_and_stop_the_plan(tmp_path:
     assert plan_read(
         "debezium-json", {**options, "path": str(BUNDLED)}, None, primary_key=True
     ).primary_key == ("id",)
+
+
+POSTGRES = Path(__file__).parents[2] / "formats" / "recorded" / "postgres"
+
+
+def test_a_folder_of_recorded_topics_lands_each_table_in_its_own_delta_table(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A whole database from recorded files: the PostgreSQL recording's tables (real Debezium events with
+    schema blocks), one dump per topic, in one job without --key or --schema; the target's placeholders
+    come from each table's ``source`` block; what --exclude-tables leaves out is said, and not read."""
+    topics: dict[str, list[Message]] = {}
+    for offset, line in enumerate((POSTGRES / "schemas.jsonl").read_text().splitlines()):
+        record = json.loads(line)
+        if record["topic"].startswith("cdcflow.inventory."):
+            topics.setdefault(record["topic"], []).append(
+                Message(
+                    record["value"] and record["value"].encode(),
+                    key=record["key"] and record["key"].encode(),
+                    topic=record["topic"],
+                    partition=0,
+                    offset=offset,
+                )
+            )
+    folder = tmp_path / "topics"
+    folder.mkdir()
+    for topic, messages in topics.items():
+        write_dump(folder / f"{topic}.dump.jsonl", messages)
+    lake = tmp_path / "lake"
+    command = ["ingest", "--path", str(folder), "--option", "schema-include=true"]
+    command += ["--option", "maxBytesPerTrigger=40000", "--exclude-tables", r".*_full"]
+    command += ["--target", f"{lake}/{{db}}/{{schema}}/{{table}}", "--checkpoint", str(tmp_path / "ck")]
+    assert main(command) == 0
+    err = capsys.readouterr().err
+    final = json.loads((POSTGRES / "expected.json").read_text())["final"]
+    tables = lake / "cdcflow" / "inventory"
+    assert sorted(p.name for p in tables.iterdir()) == ["cdc_small", "cdc_types"]
+    assert table_rows(tables / "cdc_small") == [{"id": 99, "label": "end"}]
+    rows = table_rows(tables / "cdc_types")
+    want = sorted(final["cdc_types"]["text"], key=lambda row: str(row["id"]))
+    assert [(r["id"], r["c_text"], r["c_bigint"]) for r in rows] == [
+        (int(r["id"]), r["c_text"], int(r["c_bigint"])) for r in want
+    ]
+    summary = err.splitlines()[-1]
+    assert "2 tables" in summary and "left out: cdcflow.inventory.cdc_types_full" in summary, summary
+    assert "[cdcflow.inventory.cdc_types] primary key (id), named by the messages" in err
+    assert "[cdcflow.inventory.cdc_types] batches: 2," in err, "several micro-batches"
+    assert "[cdcflow.inventory.cdc_small] done:" in err and "[cdcflow.inventory.cdc_types] done:" in err
+    # the rerun finds nothing new in either table
+    assert main(command) == 0
+    assert "done: nothing new since the last run" in capsys.readouterr().err.splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--target", "/lake/t", "--topic-pattern", "x.*"], "--topic-pattern is for a whole database"),
+        (["--target", "/lake/{tabel}"], "unknown placeholder {tabel}"),
+        (["--target", "/lake/{table}", "--exclude-tables", "("], "--exclude-tables '(' is no regular"),
+        (["--target", "/lake/{table}", "--table-key", "items"], "--table-key 'items' must look like"),
+        (["--target", "/lake/{table}", "--path", str(BUNDLED)], "reads a folder of recorded topics"),
+    ],
+)
+def test_whole_database_flags_are_checked_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], says: str
+) -> None:
+    given = ["--path", str(tmp_path), "--checkpoint", str(tmp_path / "ck")]
+    if "--path" in flags:
+        given = given[2:]
+    assert main(["ingest", *given, *flags]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err, err

@@ -147,35 +147,53 @@ def products_from_kafka(
     )
 
 
-def test_kafka_topic_lands_in_delta_exactly_once_across_restarts(
+def test_kafka_topics_land_in_delta_exactly_once_across_restarts(
     spark: SparkSession, kafka_cluster: Any, tmp_path: Path
 ) -> None:
-    topic = "ingest-products"
-    kafka_cluster.create_topic(topic, partitions=3)
-    changes = changelog(300, seed=11)
-    events = debezium_events(changes)
-    half = len(events) // 2
+    """A whole database from Kafka: ``--topic-pattern`` and ``--target .../{topic}``, each topic's table
+    in its own Delta table; a topic created between two runs is picked up by the second."""
+    topics = ["ingest-db.products", "ingest-db.orders", "ingest-db.late"]
+    changes = {topic: changelog(300, seed=11 + i) for i, topic in enumerate(topics)}
+    events = {topic: debezium_events(changes[topic]) for topic in topics}
+    for topic in topics:
+        kafka_cluster.create_topic(topic, partitions=3 if topic != topics[2] else 1)
+    kafka_cluster.create_topic("ingest-dbx.other", partitions=1)  # no match: never read
+    produce_events(kafka_cluster.bootstrap_servers, "ingest-dbx.other", events[topics[0]][:5])
 
-    def produce(batch: list[Any]) -> None:
-        produce_events(kafka_cluster.bootstrap_servers, topic, batch)
+    def produce(topic: str, part: slice) -> None:
+        produce_events(kafka_cluster.bootstrap_servers, topic, events[topic][part])
 
     # No key given: the job applies by the one the messages' Kafka keys name ({"id": ...}).
-    config = products_from_kafka(
-        tmp_path, kafka_cluster.bootstrap_servers, topic, key=(), maxOffsetsPerTrigger="50"
+    config = dataclasses.replace(
+        products_from_kafka(
+            tmp_path, kafka_cluster.bootstrap_servers, topics[0], key=(), maxOffsetsPerTrigger="50"
+        ),
+        topics=(),
+        topic_pattern=r"ingest-db\..*",
+        target=str(tmp_path / "lake" / "{topic}"),
     )
-    produce(events[:half])
+    for topic in topics[:2]:
+        produce(topic, slice(len(events[topic]) // 2))
     first = ingest(config, spark)
-    produce(events[half:])
+    for topic in topics[:2]:
+        produce(topic, slice(len(events[topic]) // 2, None))
+    produce(topics[2], slice(None))
     second = ingest(config, spark)
-    assert first.key == second.key == ("id",)
-    assert first.batches > 1 and second.batches >= 1
-    rows = DeltaTable(config.target).to_pyarrow_table().to_pylist()
-    assert len(rows) == len({row["id"] for row in rows})
-    assert {row["id"]: row for row in rows} == fold(changes, "id")
-    # One change per event: an update's -U/+U pair is one u event, applied as its +U row.
-    assert second.progress.totals.changes + first.progress.totals.changes == sum(
-        1 for c in changes if c.kind is not RowKind.UPDATE_AFTER
-    )
+    # The messages name no table (no source block): each is named after its topic's last part.
+    assert sorted(first.tables) == ["orders", "products"]
+    assert sorted(second.tables) == ["late", "orders", "products"]
+    assert {s.key for s in [*first.tables.values(), *second.tables.values()]} == {("id",)}
+    assert all(s.batches > 1 for s in first.tables.values())
+    assert sorted(p.name for p in (tmp_path / "lake").iterdir()) == sorted(topics)
+    for topic in topics:
+        rows = DeltaTable(str(tmp_path / "lake" / topic)).to_pyarrow_table().to_pylist()
+        assert len(rows) == len({row["id"] for row in rows})
+        assert {row["id"]: row for row in rows} == fold(changes[topic], "id"), topic
+        # One change per event: an update's -U/+U pair is one u event, applied as its +U row.
+        name = topic.rpartition(".")[2]
+        applied = [s.tables[name].progress.totals.changes for s in (first, second) if name in s.tables]
+        assert sum(applied) == sum(1 for c in changes[topic] if c.kind is not RowKind.UPDATE_AFTER)
+    assert second.progress.totals.changes == sum(s.progress.totals.changes for s in second.tables.values())
 
 
 def test_ingest_reads_bounded_micro_batches_by_default() -> None:
