@@ -74,6 +74,11 @@ class FormatFactory(ABC):
         whole-database job routes it by its topic's name."""
         return None
 
+    def table_filter(self, table: SourceTable) -> dict[str, str] | None:
+        """The format options that read only ``table``'s messages of a topic many tables share (Canal's
+        and Maxwell's ``*.include``); None when the format reads one table per topic (Debezium's)."""
+        return None
+
     def require_schema(self, schema: Schema | None) -> Schema:
         return require_schema(schema, self.name)
 

@@ -16,7 +16,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, TextIO
 
@@ -28,12 +28,16 @@ from cdcflow.connectors.lakehouse.ingest import IngestConfig, Table, job_session
 from cdcflow.connectors.lakehouse.ingest_report import IngestSummary
 from cdcflow.connectors.lakehouse.sink import Progress
 from cdcflow.connectors.lakehouse.target_names import render
+from cdcflow.connectors.replay.dumps import list_files, read_messages
 from cdcflow.connectors.spark.accounting import MessageCounts
+from cdcflow.formats.base import Message
+from cdcflow.formats.registry import resolve_format
 from cdcflow.formats.source_tables import SourceTable
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from cdcflow.connectors.kafka.options import TopicPartition
     from cdcflow.connectors.lakehouse.checkpoint_lease import CheckpointLease
     from cdcflow.connectors.spark.read_plan import ReadPlan
 
@@ -80,20 +84,68 @@ class TableSkipped(Exception):
     """A topic the job does not ingest (now): excluded by ``--exclude-tables``/``--include-tables``."""
 
 
-def table_config(config: IngestConfig, topic: Topic) -> IngestConfig:
-    """The single-table job of one topic; its target is decided once its messages are sampled."""
+def table_config(config: IngestConfig, topic: Topic, shared: SourceTable | None = None) -> IngestConfig:
+    """The single-table job of one topic (of one table of a topic many share: ``shared``, read through
+    the format's filter); its target is decided once its messages are sampled."""
+    unit = [topic.name] if shared is None else [topic.name, shared.qualified]
+    only = {} if shared is None else resolve_format(config.format).table_filter(shared) or {}
     return replace(
         config,
         target="",
         path=topic.path,
         topics=() if topic.path else (topic.name,),
+        options={**config.options, **only},
         topic_pattern=None,
         include_tables=None,
         exclude_tables=None,
         table_keys={},
-        checkpoint=join(config.checkpoint, TABLES_DIRECTORY, _UNSAFE.sub("_", topic.name)),
-        app_id=f"{config.app_id}.{topic.name}" if config.app_id else None,
+        checkpoint=join(config.checkpoint, TABLES_DIRECTORY, *(_UNSAFE.sub("_", part) for part in unit)),
+        app_id=f"{config.app_id}.{'.'.join(unit)}" if config.app_id else None,
     )
+
+
+class TopicScan:
+    """The tables a topic many tables share holds (Canal's, Maxwell's), each with its first messages
+    (its key and columns come from them): the topic read to its end, and on from there when asked
+    again; a recorded topic is read once."""
+
+    def __init__(self, config: IngestConfig, topic: Topic) -> None:
+        self.config = table_config(config, topic)
+        self.factory = resolve_format(config.format)
+        self.tables: dict[SourceTable, list[Message]] = {}
+        self._positions: dict[TopicPartition, int] = {}
+        self._read = False
+
+    def scan(self) -> dict[SourceTable, list[Message]]:
+        from cdcflow.connectors.spark.read_plan import INFERENCE_SAMPLE
+
+        for message in self._new_messages():
+            table = self.factory.source_table(message.value)
+            if table is not None:
+                first = self.tables.setdefault(table, [])
+                if len(first) < INFERENCE_SAMPLE:
+                    first.append(message)
+        return self.tables
+
+    def _new_messages(self) -> Iterator[Message]:
+        if self.config.path:
+            if not self._read:
+                for path in list_files(self.config.path):
+                    yield from read_messages(path)
+            self._read = True
+            return
+        from cdcflow.connectors.kafka.admin import discover_partitions, offset_bounds
+        from cdcflow.connectors.kafka.options import KafkaOptions, OffsetRange
+        from cdcflow.connectors.kafka.reader import read_range
+
+        options = KafkaOptions.parse(self.config.source_options())
+        for tp, (low, high) in offset_bounds(options, discover_partitions(options)).items():
+            start = max(low, self._positions.get(tp, low))
+            if start < high:
+                yield from read_range(
+                    options, OffsetRange(tp.topic, tp.partition, start, high), fail_on_data_loss=False
+                )
+            self._positions[tp] = high
 
 
 def source_table(plan: ReadPlan, topic: Topic) -> SourceTable:
@@ -102,9 +154,9 @@ def source_table(plan: ReadPlan, topic: Topic) -> SourceTable:
     if len(plan.source_tables) > 1:
         names = ", ".join(t.qualified for t in plan.source_tables)
         raise ConnectorOptionError(
-            f"topic {topic.name} holds several tables ({names}): a whole-database job reads one topic per "
-            "table; for a shared Canal topic give each table its own job with "
-            "--option canal-json.table.include=<table>"
+            f"topic {topic.name} holds several tables ({names}), and its format reads one table per "
+            "topic (Debezium writes one topic per table unless a router merges them): give the topics of "
+            "one table each, or land this one with a single-table job"
         )
     if plan.source_tables:
         return plan.source_tables[0]
@@ -133,13 +185,27 @@ def table_key(config: IngestConfig, table: SourceTable, plan: ReadPlan) -> tuple
 
 
 def plan_table(
-    config: IngestConfig, topic: Topic, on_batch: Callable[[BatchApplied], None], out: TextIO
+    config: IngestConfig,
+    topic: Topic,
+    on_batch: Callable[[BatchApplied], None],
+    out: TextIO,
+    shared: tuple[SourceTable, list[Message]] | None = None,
 ) -> tuple[SourceTable, Table]:
-    """One topic planned and checked, its sink built: all before Spark (:func:`prepare_table`)."""
+    """One topic (or one table of a shared topic and its first messages) planned and checked, its sink
+    built: all before Spark (:func:`prepare_table`)."""
     from cdcflow.connectors.spark.read_plan import EmptyInputError, plan_read
 
-    single = table_config(config, topic)
-    plan = plan_read(single.format, single.source_options(), None, primary_key=True, tables=True)
+    if shared is not None and not included(config, shared[0]):
+        raise TableSkipped(shared[0].qualified)  # before its messages are decoded
+    single = table_config(config, topic, shared[0] if shared else None)
+    plan = plan_read(
+        single.format,
+        single.source_options(),
+        None,
+        primary_key=True,
+        tables=True,
+        first_messages=shared[1] if shared else None,
+    )
     if not plan.sampled:
         raise EmptyInputError(f"topic {topic.name} has no message yet")
     table = source_table(plan, topic)
@@ -171,41 +237,59 @@ class _Job:
         self.tables: dict[str, tuple[SourceTable, Table]] = {}
         self.skipped: dict[str, str] = {}
         self.waiting: set[str] = set()
+        self.scans: dict[str, TopicScan] = {}
         self.targets: dict[str, str] = {}
         self.threads: dict[str, threading.Thread] = {}
         self.interrupted: dict[str, bool] = {}
         self.failures: dict[str, BaseException] = {}
 
     def discover(self) -> list[str]:
-        """Plan the topics not seen yet; the names of those now ready to run."""
+        """Plan the tables not seen yet; the names of those now ready to run."""
+        ready = []
+        shared = resolve_format(self.config.format).table_filter(SourceTable(None, None, "t")) is not None
+        for topic in topics(self.config):
+            if not shared:
+                ready += self._plan(topic.name, topic)
+                continue
+            scan = self.scans.setdefault(topic.name, TopicScan(self.config, topic))
+            tables = scan.scan()
+            if not tables and topic.name not in self.waiting:
+                self._say(f"topic {topic.name} names no table yet: its tables start with their first change")
+                self.waiting.add(topic.name)
+            for table, first in tables.items():
+                self.waiting.discard(topic.name)
+                ready += self._plan(f"{topic.name}/{table.qualified}", topic, (table, first))
+        return ready
+
+    def _plan(
+        self, name: str, topic: Topic, shared: tuple[SourceTable, list[Message]] | None = None
+    ) -> list[str]:
+        """Plan the table ``name`` unless it was: ``[name]`` when it is ready to run."""
         from cdcflow.connectors.spark.read_plan import EmptyInputError
 
-        ready = []
-        for topic in topics(self.config):
-            if topic.name in self.tables or topic.name in self.skipped:
-                continue
-            try:
-                table, prepared = plan_table(self.config, topic, self.on_batch, self.out)
-            except TableSkipped as skipped:
-                self.skipped[topic.name] = str(skipped)
-                self._say(f"table {skipped} (topic {topic.name}) left out by --include/--exclude-tables")
-                continue
-            except EmptyInputError:
-                if topic.name not in self.waiting:
-                    self._say(f"topic {topic.name} has no message yet: its table starts with its first")
-                self.waiting.add(topic.name)
-                continue
-            other = self.targets.get(prepared.config.target)
-            if other is not None:
-                raise ConnectorOptionError(
-                    f"tables {other} and {table.qualified} both land in {prepared.config.target}: add "
-                    "{db} or {schema} to --target so that each table has a path of its own"
-                )
-            self.targets[prepared.config.target] = table.qualified
-            self.waiting.discard(topic.name)
-            self.tables[topic.name] = (table, prepared)
-            ready.append(topic.name)
-        return ready
+        if name in self.tables or name in self.skipped:
+            return []
+        try:
+            table, prepared = plan_table(self.config, topic, self.on_batch, self.out, shared)
+        except TableSkipped as skipped:
+            self.skipped[name] = str(skipped)
+            self._say(f"table {skipped} (topic {topic.name}) left out by --include/--exclude-tables")
+            return []
+        except EmptyInputError:
+            if name not in self.waiting:
+                self._say(f"{name} has no change yet: its table starts with its first")
+            self.waiting.add(name)
+            return []
+        other = self.targets.get(prepared.config.target)
+        if other is not None:
+            raise ConnectorOptionError(
+                f"tables {other} and {table.qualified} both land in {prepared.config.target}: add "
+                "{db} or {schema} to --target so that each table has a path of its own"
+            )
+        self.targets[prepared.config.target] = table.qualified
+        self.waiting.discard(name)
+        self.tables[name] = (table, prepared)
+        return [name]
 
     def start(self, name: str, session: SparkSession) -> None:
         table = self.tables[name][1]

@@ -7,7 +7,7 @@ clients from it.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import types as st
@@ -109,9 +109,12 @@ def plan_read(
     frame: FrameInput | None = None,
     primary_key: bool = False,
     tables: bool = False,
+    first_messages: Sequence[Message] | None = None,
 ) -> ReadPlan:
     """The read of ``raw``'s input, or (``frame``) the decoding of a DataFrame's Kafka records; with
-    ``primary_key``, also the key its first messages name (one sample serves that and the inference)."""
+    ``primary_key``, also the key its first messages name (one sample serves that and the inference),
+    with ``tables`` the source tables they name; ``first_messages``: the messages to take these from
+    instead of the input's first (one table's of a topic many share)."""
     factory = resolve_format(format_name)
     options = split_options(raw, factory)
     row_kind = options.get("rowKindColumn")
@@ -128,7 +131,7 @@ def plan_read(
     columns = _declared_columns(
         options, user_schema, (row_kind, control), connector_metadata, format_metadata
     )
-    sample = _Sample(source)
+    sample = _Sample(source, first_messages)
     decoder, inferred = _decoder(factory, format_options, columns, format_metadata, sample, options)
     decoded: Schema = decoder.schema
     output = struct_type(decoded)
@@ -388,7 +391,7 @@ def _infer(decoder: Decoder, sample: _Sample) -> Schema:
             f"format '{decoder.format_name}' found no message to infer the columns from: the input is "
             "empty; pass the table columns with .option('columns', '<DDL>')"
         )
-    raise ConnectorOptionError(
+    raise EmptyInputError(
         f"format '{decoder.format_name}' found no message to infer the columns from in the first "
         f"{INFERENCE_SAMPLE}: pass the table columns with .option('columns', '<DDL>')"
     )
@@ -418,15 +421,18 @@ def _source_tables(factory: FormatFactory, sample: _Sample) -> tuple[SourceTable
 
 
 class EmptyInputError(ConnectorOptionError):
-    """The columns were to be inferred and the input holds no message yet."""
+    """The columns were to be inferred and the first messages carry none: the input holds no message
+    yet, or only tombstones and events without rows (DDL)."""
 
 
 class _Sample:
     """The first :data:`INFERENCE_SAMPLE` messages of the input, read once, when first asked for."""
 
-    def __init__(self, source: ReplayInput | KafkaInput | FrameInput) -> None:
+    def __init__(
+        self, source: ReplayInput | KafkaInput | FrameInput, given: Sequence[Message] | None = None
+    ) -> None:
         self.source = source
-        self._messages: list[Message] | None = None
+        self._messages: list[Message] | None = None if given is None else list(given)
 
     def messages(self) -> list[Message]:
         if self._messages is None:

@@ -93,6 +93,16 @@ def target_options(*names: str) -> list[Option[Any]]:
     ]
 
 
+def included(config: FlatJsonConfig, envelope: Mapping[str, Any]) -> bool:
+    """Whether the envelope's ``database`` and ``table`` match the ``*.include`` options (if given)."""
+    for pattern, field in ((config.database_include, "database"), (config.table_include, "table")):
+        if pattern is not None:
+            name = envelope.get(field)
+            if not isinstance(name, str) or pattern.fullmatch(name) is None:
+                return False
+    return True
+
+
 @dataclass(frozen=True)
 class FlatJsonConfig:
     """The parsed options of one of the three formats (parsed once, on the driver)."""
@@ -367,6 +377,14 @@ class FlatJsonFormat(FormatFactory):
 
     def source_table(self, value: bytes | None) -> SourceTable | None:
         return envelope_table(value, *self.table_fields)
+
+    def table_filter(self, table: SourceTable) -> dict[str, str] | None:
+        if not self.options.owns(f"{self.name}.table.include"):
+            return None
+        only = {f"{self.name}.table.include": re.escape(table.table)}
+        if table.db is not None:
+            only[f"{self.name}.database.include"] = re.escape(table.db)
+        return only
 
     def create_decoder(
         self, options: Mapping[str, str], schema: Schema | None = None, metadata: Sequence[str] = ()

@@ -56,6 +56,7 @@ from cdcflow.formats.flat_json.base import (
     add_metadata,
     epoch_millis,
     include_options,
+    included,
     json_options,
     key_bytes,
     plain_decimal,
@@ -317,7 +318,7 @@ class CanalJsonDecoder(Decoder):
     def decode_message(self, message: Message, metrics: FormatMetrics) -> Decoded:
         assert message.value is not None  # noqa: S101 - the base class skips tombstones
         envelope = parse_json_object(message.value, "a Canal message")
-        if not self._included(envelope):
+        if not included(self.config, envelope):
             return None
         kind = envelope.get("type")
         if kind is not None and not isinstance(kind, str):
@@ -348,17 +349,6 @@ class CanalJsonDecoder(Decoder):
         else:
             changes = self._updates(reader, rows, envelope.get("old"))
         return add_metadata(changes, self.config.metadata, SOURCES, envelope)
-
-    def _included(self, envelope: Mapping[str, Any]) -> bool:
-        for pattern, field in (
-            (self.config.database_include, "database"),
-            (self.config.table_include, "table"),
-        ):
-            if pattern is not None:
-                name = envelope.get(field)
-                if not isinstance(name, str) or pattern.fullmatch(name) is None:
-                    return False
-        return True
 
     @staticmethod
     def _updates(reader: ImageReader, rows: list[Row], old: Any) -> list[Change]:

@@ -37,6 +37,8 @@ from cdcflow.formats.flat_json.base import (
     MetadataSource,
     add_metadata,
     epoch_millis,
+    include_options,
+    included,
     json_options,
     key_bytes,
     read_metadata,
@@ -47,7 +49,7 @@ from cdcflow.formats.types import STRING, TIMESTAMP_LTZ_MILLIS, DataType, TypeKi
 
 NAME = "maxwell-json"
 
-OPTIONS = json_options(NAME, target_options("database", "table"))
+OPTIONS = json_options(NAME, [*include_options(), *target_options("database", "table")])
 
 METADATA = (
     MetadataColumn("database", STRING, "the database of the change"),
@@ -86,6 +88,8 @@ class MaxwellJsonDecoder(FlatJsonDecoder):
     def decode_message(self, message: Message, metrics: FormatMetrics) -> Decoded:
         assert message.value is not None  # noqa: S101 - the base class skips tombstones
         envelope = parse_json_object(message.value, "a Maxwell message")
+        if not included(self.config, envelope):
+            return None
         kind = envelope.get("type")
         if isinstance(kind, str) and kind.startswith(DDL_PREFIXES):
             return ControlEvent(

@@ -241,3 +241,64 @@ def test_whole_database_flags_are_checked_before_anything_runs(
     assert main(["ingest", *given, *flags]) == 2
     err = capsys.readouterr().err
     assert says in err and "Traceback" not in err, err
+
+
+TESTDATA = Path(__file__).parents[2] / "formats" / "testdata"
+
+
+def canal_fold(path: Path) -> dict[str, dict[str, dict[str, str]]]:
+    """What each table of a Canal recording holds at its end, as ``{qualified: {key: row}}``: the
+    messages' rows applied by their ``pkNames`` (INSERT, UPDATE's new rows, DELETE), values as sent."""
+    tables: dict[str, dict[str, dict[str, str]]] = {}
+    for line in path.read_text().splitlines():
+        message = json.loads(line) if line.startswith("{") else {}
+        if message.get("type") not in ("INSERT", "UPDATE", "DELETE"):
+            continue
+        rows = tables.setdefault(f"{message['database']}.{message['table']}", {})
+        for row in message["data"]:
+            key = ",".join(row[column] for column in message["pkNames"])
+            if message["type"] == "DELETE":
+                rows.pop(key, None)
+            else:
+                rows[key] = row
+    return tables
+
+
+def test_canal_topics_shared_by_several_tables_land_each_table_in_its_own_delta_table(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Canal publishes a database's tables into one topic: Flink's recording of four tables of ``mydb``
+    and Paimon's of four tables of ``paimon_sync_database_affix``, each a topic, land in a Delta table
+    per table, keys from ``pkNames``, columns from ``mysqlType``; the table whose ids are not numbers
+    (Flink's test of a filter) is left out by --exclude-tables before any of its messages is decoded."""
+    folder = tmp_path / "topics"
+    folder.mkdir()
+    flink = TESTDATA / "flink" / "canal-data-filter-table.txt"
+    paimon = TESTDATA / "apache_paimon" / "kafka" / "canal" / "database" / "include" / "topic0"
+    shutil.copy(flink, folder / "mydb.jsonl")
+    shutil.copy(paimon / "canal-data-1.stripped.txt", folder / "paimon.jsonl")
+    lake = tmp_path / "lake"
+    command = [
+        "ingest",
+        "--format",
+        "canal-json",
+        "--path",
+        str(folder),
+        "--exclude-tables",
+        r"mydb\.project",
+    ]
+    command += ["--target", f"{lake}/{{db}}/{{table}}", "--checkpoint", str(tmp_path / "ck")]
+    assert main(command) == 0
+    err = capsys.readouterr().err
+    want = {**canal_fold(flink), **canal_fold(paimon / "canal-data-1.stripped.txt")}
+    del want["mydb.project"]
+    landed = {f"{db.name}.{table.name}" for db in lake.iterdir() for table in db.iterdir()}
+    assert landed == set(want) and len(landed) == 6, landed
+    for name, rows in want.items():
+        table = DeltaTable(str(lake / name.replace(".", "/"))).to_pyarrow_table().to_pylist()
+        key = "order_number" if name == "mydb.orders" else "k1" if name.startswith("paimon") else "id"
+        label = "v0" if name.startswith("paimon") else "product_id" if name == "mydb.orders" else "name"
+        got = {str(row[key]): None if row[label] is None else str(row[label]) for row in table}
+        assert got == {key: row[label] for key, row in rows.items()}, name
+    assert "[mydb.orders] primary key (order_number), named by the messages" in err
+    assert "left out: mydb.project" in err.splitlines()[-1]

@@ -581,3 +581,34 @@ def test_commit_group_shows_the_lag_where_kafka_tools_look(
         IngestConfig(
             format="debezium-json", key=("id",), target="t", checkpoint="c", path="x", commit_group="g"
         )
+
+
+def test_a_kafka_topic_shared_by_several_canal_tables_lands_each_in_its_own_table(
+    spark: SparkSession, kafka_cluster: Any, tmp_path: Path
+) -> None:
+    """Paimon's Canal recording of four tables in one topic, read from the broker: the job finds the
+    tables by reading the topic, and lands each in its table, keyed by ``pkNames``."""
+    recorded = Path(__file__).parents[2] / "formats" / "testdata" / "apache_paimon" / "kafka" / "canal"
+    lines = (recorded / "database" / "include" / "topic0" / "canal-data-1.stripped.txt").read_bytes()
+    messages = [line for line in lines.splitlines() if line.startswith(b"{")]
+    topic = "ingest-canal-shared"
+    kafka_cluster.create_topic(topic, partitions=2)
+    producer = Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers})
+    for message in messages:
+        producer.produce(topic, value=message, key=json.loads(message)["table"].encode())
+    assert producer.flush(30) == 0
+    config = IngestConfig(
+        format="canal-json",
+        key=(),
+        target=str(tmp_path / "lake" / "{table}"),
+        checkpoint=str(tmp_path / "checkpoint"),
+        bootstrap_servers=kafka_cluster.bootstrap_servers,
+        topics=(topic,),
+    )
+    summary = ingest(config, spark)
+    want = {json.loads(m)["table"]: json.loads(m)["data"] for m in messages}
+    assert sorted(summary.tables) == sorted(f"paimon_sync_database_affix.{t}" for t in want)
+    for table, data in want.items():
+        rows = DeltaTable(str(tmp_path / "lake" / table)).to_pyarrow_table().to_pylist()
+        assert [(str(r["k1"]), r["v0"]) for r in rows] == [(d["k1"], d["v0"]) for d in data], table
+    assert {s.key for s in summary.tables.values()} == {("k1",)}
