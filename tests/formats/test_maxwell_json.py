@@ -156,7 +156,7 @@ def test_options_and_factory() -> None:
     with pytest.raises(FormatOptionError, match="format 'maxwell-json' needs the table schema"):
         FACTORY.create_decoder({}, None)
     with pytest.raises(FormatOptionError) as raised:
-        decoder(options={"maxwell-json.database.include": "x"})
+        decoder(options={"maxwell-json.database.exclude": "x"})
     assert (
         "Supported options: maxwell-json.ignore-parse-errors, maxwell-json.timestamp-format.standard"
         in str(raised.value)
@@ -168,6 +168,19 @@ def test_options_and_factory() -> None:
     assert rendered(copy, messages("flink/maxwell-data.txt")[:1]) == [
         "+I[101, scooter, Small 2-wheel scooter, 3.14]"
     ]
+
+
+def test_include_options_read_one_tables_messages_and_count_the_others_as_filtered() -> None:
+    """Not Flink's: a whole-database job reads each table of a shared Maxwell topic through them."""
+    items = [
+        maxwell("insert", {"id": 1, "name": "a"}),
+        Message(orjson.dumps({"database": "d", "table": "u", "type": "insert", "data": {"id": 2}})),
+        Message(orjson.dumps({"database": "e", "table": "t", "type": "insert", "data": {"id": 3}})),
+    ]
+    only = decoder(options={"maxwell-json.database.include": "d", "maxwell-json.table.include": "t"})
+    out = only.decode_all(items)
+    assert [render_change(c, only.schema) for c in out.changes] == ["+I[1, a, null, null]"]
+    assert out.metrics.filtered == 2
 
 
 # --- encoding ---------------------------------------------------------------------------------------
