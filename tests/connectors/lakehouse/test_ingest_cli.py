@@ -302,3 +302,26 @@ def test_canal_topics_shared_by_several_tables_land_each_table_in_its_own_delta_
         assert got == {key: row[label] for key, row in rows.items()}, name
     assert "[mydb.orders] primary key (order_number), named by the messages" in err
     assert "left out: mydb.project" in err.splitlines()[-1]
+
+
+def test_a_maxwell_topic_shared_by_several_tables_lands_each_in_its_own_delta_table(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Paimon's Maxwell recording of four tables in one topic: keys from ``primary_key_columns``; Maxwell
+    sends no types, so the columns are declared (every table of this recording has the same ones)."""
+    recorded = TESTDATA / "apache_paimon" / "kafka" / "maxwell" / "database" / "include" / "topic0"
+    folder = tmp_path / "topics"
+    folder.mkdir()
+    shutil.copy(recorded / "maxwell-data-1.stripped.txt", folder / "maxwell.jsonl")
+    lake = tmp_path / "lake"
+    command = ["ingest", "--format", "maxwell-json", "--path", str(folder)]
+    command += ["--schema", "id INT NOT NULL, name STRING, description STRING, weight DOUBLE"]
+    command += ["--target", f"{lake}/{{table}}", "--checkpoint", str(tmp_path / "ck")]
+    assert main(command) == 0
+    err = capsys.readouterr().err
+    messages = [json.loads(line) for line in (folder / "maxwell.jsonl").read_text().splitlines()]
+    assert len({m["table"] for m in messages}) >= 3
+    for message in messages:
+        assert f"[{message['database']}.{message['table']}] primary key (id), named by the messages" in err
+        rows = DeltaTable(str(lake / message["table"])).to_pyarrow_table().to_pylist()
+        assert rows == [message["data"]], message["table"]
