@@ -32,7 +32,7 @@ from cdcflow.formats.errors import (
     exception_text,
 )
 from cdcflow.formats.options import Option, boolean
-from cdcflow.formats.types import DataType, Field, Schema
+from cdcflow.formats.types import DataType, Field, Schema, widens
 
 Headers = tuple[tuple[str, bytes | None], ...]
 
@@ -267,8 +267,13 @@ class Decoder(ABC):
 
 def check_new_columns(declared: Schema, seen: Schema) -> None:
     """Raise :class:`NewColumnsError` with the columns of ``seen`` that ``declared`` lacks (nullable:
-    the rows written before they appeared have no value)."""
-    new = tuple(Field(f.name, f.type) for f in seen if f.name not in declared)
+    the rows written before they appeared have no value), and those whose type ``seen`` widens (a
+    larger integer, FLOAT to DOUBLE, DECIMAL precision: :func:`widens`), with their wider type."""
+    new = tuple(
+        Field(f.name, f.type)
+        for f in seen
+        if f.name not in declared or widens(declared.field(f.name).type, f.type)
+    )
     if new:
         raise NewColumnsError(Schema(new))
 

@@ -88,14 +88,15 @@ class EncodeError(FormatError, ValueError):
 
 class NewColumnsError(FormatError):
     """A message's own schema (Connect schema block, Avro writer schema, Canal ``mysqlType``) has
-    columns that the decoder's columns, inferred from earlier messages, lack.
+    columns that the decoder's columns, inferred from earlier messages, lack, or widens one's type.
 
     Not a decode error: the record is fine and is never dead-lettered; the reader's columns are too
-    narrow. ``columns`` holds the new columns (a :class:`~cdcflow.formats.types.Schema`), nullable.
+    narrow. ``columns`` holds the new columns (a :class:`~cdcflow.formats.types.Schema`), nullable, and the
+    widened ones with their wider type.
     """
 
     def __init__(self, columns: Schema) -> None:
-        super().__init__(f"the message has columns the inferred columns lack: {columns.ddl()}")
+        super().__init__(f"the message has columns the inferred columns lack or widen: {columns.ddl()}")
         self.columns = columns
         self.origin = "a record"
         """Where the message came from (topic, partition, offset or file:line), set by the decoder."""

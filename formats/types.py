@@ -47,6 +47,25 @@ INTEGER_RANGES = {
     TypeKind.BIGINT: (-(2**63), 2**63 - 1),
 }
 
+_INTEGER_ORDER = (TypeKind.TINYINT, TypeKind.SMALLINT, TypeKind.INT, TypeKind.BIGINT)
+
+
+def widens(old: DataType, new: DataType) -> bool:
+    """Whether ``new`` holds every value of ``old`` exactly and Delta can widen a column to it (its
+    ``typeWidening`` feature): a larger integer, FLOAT to DOUBLE, a DECIMAL of more precision at the
+    same scale."""
+    if old.kind in INTEGER_KINDS and new.kind in INTEGER_KINDS:
+        return _INTEGER_ORDER.index(new.kind) > _INTEGER_ORDER.index(old.kind)
+    if old.kind is TypeKind.FLOAT:
+        return new.kind is TypeKind.DOUBLE
+    return (
+        old.kind is TypeKind.DECIMAL
+        and new.kind is TypeKind.DECIMAL
+        and old.scale is not None
+        and old.scale == new.scale
+        and (new.precision or 0) > (old.precision or 0)
+    )
+
 
 @dataclass(frozen=True)
 class DataType:

@@ -28,6 +28,8 @@ from cdcflow.formats.redact import redact, shown_entry
 DEMO_DIR = "cdcflow-demo"
 INTERRUPTED = 130
 """The exit code of a run Ctrl-C stopped (128 + SIGINT, as a shell reports it)."""
+ISOLATED = 3
+"""The exit code of a whole-database run that finished but isolated tables (``--on-table-error``)."""
 T = TypeVar("T")
 SETTINGS = (
     "format",
@@ -58,6 +60,8 @@ SETTINGS = (
     "include_tables",
     "exclude_tables",
     "table_key",
+    "on_table_error",
+    "progress_json",
 )
 
 
@@ -180,6 +184,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Kafka: commit each committed micro-batch's end offsets to consumer group NAME, so that "
         "kafka-consumer-groups and lag monitors show the lag (never read back: the checkpoint decides)",
     )
+    parser.add_argument(
+        "--on-table-error",
+        choices=["stop", "isolate"],
+        help="a whole database: a table that fails stops the job (default), or is isolated (its reason "
+        "written next to its dead letters; the others go on; exit 3); a later run retries it",
+    )
+    parser.add_argument(
+        "--progress-json",
+        metavar="FILE",
+        help="append one JSON object per applied micro-batch (per table: counts, lag, dead letters)",
+    )
     parser.add_argument("--show", action="store_true", help="print the table at the end (demo default)")
     parser.set_defaults(command=run)
 
@@ -299,6 +314,8 @@ def config_from(merged: dict[str, Any]) -> tuple[Any, bool]:
             include_tables=merged.get("include_tables"),
             exclude_tables=merged.get("exclude_tables"),
             table_keys=table_keys,
+            on_table_error=merged.get("on_table_error") or "stop",
+            progress_json=merged.get("progress_json"),
         ),
         demo,
     )
@@ -368,6 +385,8 @@ def run(args: argparse.Namespace) -> int:
         summary = ingest(config, out=sys.stderr)  # its last line says what it did
     if summary.interrupted:
         return INTERRUPTED
+    if summary.isolated_tables:
+        return ISOLATED
     if (demo or args.show) and not summary.tables:
         print_table(config.target, summary.key, config.storage_options)
     return 0

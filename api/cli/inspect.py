@@ -68,6 +68,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--invalid-op-handling", default="FAIL", choices=["FAIL", "LOG", "SKIP"], type=str.upper
     )
+    parser.add_argument(
+        "--tables",
+        action="store_true",
+        help="with --format: list the tables the input holds (a folder of recorded topics, or topics) "
+        "with their keys, columns and --target path, as a whole-database ingest routes them",
+    )
+    parser.add_argument(
+        "--target", metavar="PATH", help="with --tables: the ingest's --target ({db}/{table})"
+    )
     parser.set_defaults(command=run)
 
 
@@ -83,6 +92,8 @@ def run(args: argparse.Namespace) -> int:
 def _inspect(args: argparse.Namespace) -> int:
     if args.bootstrap_servers and not (args.format and args.topic):
         raise CdcflowError("inspecting Kafka needs --format and at least one --topic")
+    if args.tables:
+        return _inspect_tables(args)
     if args.format:
         return _inspect_format(args)
     mapping = _op_mapping(args.op_mapping)
@@ -128,6 +139,50 @@ def _inspect_format(args: argparse.Namespace) -> int:
         print(f"cdcflow: dead letter {where}: {letter.reason}", file=sys.stderr)
     print(f"cdcflow: {accounting_line(out.metrics)}", file=sys.stderr)
     return 0
+
+
+def _inspect_tables(args: argparse.Namespace) -> int:
+    """The routing of a whole-database ``ingest``, dry: each table, its key, columns and target."""
+    import tempfile
+
+    from cdcflow.connectors.lakehouse.database import TableSkipped, route, units
+    from cdcflow.connectors.lakehouse.ingest import IngestConfig
+    from cdcflow.connectors.spark.read_plan import EmptyInputError
+
+    if not args.format or not (args.path or args.bootstrap_servers):
+        raise CdcflowUsageError(
+            "inspect --tables needs --format and --path DIR (or --bootstrap-servers and --topic)"
+        )
+    options = key_values(args.option, "schema-include=true")
+    merge_columns(options, args.schema, args.metadata)
+    config = IngestConfig(
+        format=args.format,
+        key=(),
+        target=args.target or "{topic}",
+        checkpoint=str(Path(tempfile.gettempdir()) / "cdcflow-inspect-tables"),  # never written
+        path=args.path,
+        bootstrap_servers=args.bootstrap_servers,
+        topics=tuple(args.topic or ()),
+        options=options,
+    )
+    failed = 0
+    for name, topic, shared in units(config, {}):
+        try:
+            found = route(config, topic, shared)
+        except TableSkipped:
+            print(f"{name}: left out by --include/--exclude-tables")
+            continue
+        except EmptyInputError:
+            print(f"{name}: no change yet")
+            continue
+        except CdcflowError as error:
+            failed += 1
+            print(f"{name}: cannot be ingested: {error}")
+            continue
+        key = ", ".join(found.config.key) + (", named by the messages" if found.named else "")
+        print(f"{found.table.qualified}: topic {topic.name}, key ({key}), target {found.config.target}")
+        print(f"    columns: {found.plan.decoded_columns.ddl()}")
+    return 1 if failed else 0
 
 
 def _pop(options: dict[str, str], name: str) -> str | None:

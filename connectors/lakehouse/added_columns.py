@@ -1,7 +1,8 @@
 """The columns ``ingest`` added to the inferred ones, kept in the checkpoint for the processes after it.
 
-A query's columns are inferred from the first messages when it starts; a column added upstream later
-stops it (:class:`~cdcflow.connectors.errors.SchemaChangedError`) and ``ingest`` starts it again with the
+A query's columns are inferred from the first messages when it starts; a column added upstream later,
+or one whose type widens (INT to BIGINT, FLOAT to DOUBLE, DECIMAL precision), stops it
+(:class:`~cdcflow.connectors.errors.SchemaChangedError`) and ``ingest`` starts it again with the
 column (the source option ``addedColumns``). The columns are recorded as DDL in
 ``<checkpoint>/cdcflow-added-columns``, so that the next process starts with them instead of meeting
 each again and restarting its query once more.
@@ -13,7 +14,7 @@ import logging
 
 from cdcflow.connectors.lakehouse.delta.storage import Storage, join
 from cdcflow.formats.errors import SchemaError
-from cdcflow.formats.types import Field, Schema, parse_ddl
+from cdcflow.formats.types import Field, Schema, parse_ddl, widens
 
 FILE = "cdcflow-added-columns"
 
@@ -39,9 +40,12 @@ def record(checkpoint: str, storage: Storage, columns_ddl: str) -> None:
 
 
 def merged(*columns_ddl: str | None) -> str:
-    """The columns of the DDL texts, each name once (its first type), in order."""
+    """The columns of the DDL texts, each name once where it first appears, of the type a later text
+    widens it to (an inferred column whose type widened upstream is listed again, wider)."""
     fields: dict[str, Field] = {}
     for text in filter(None, columns_ddl):
         for field in parse_ddl(text):
-            fields.setdefault(field.name, field)
+            known = fields.get(field.name)
+            if known is None or widens(known.type, field.type):
+                fields[field.name] = field
     return Schema(tuple(fields.values())).ddl()

@@ -12,6 +12,7 @@ from their first change; a topic with no message yet waits for one.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import threading
@@ -25,11 +26,14 @@ from cdcflow.connectors.lakehouse.delta.result import BatchApplied
 from cdcflow.connectors.lakehouse.delta.storage import Storage, join
 from cdcflow.connectors.lakehouse.group_offsets import committing
 from cdcflow.connectors.lakehouse.ingest import IngestConfig, Table, job_session, prepare_table
+from cdcflow.connectors.lakehouse.ingest_defaults import given_key
 from cdcflow.connectors.lakehouse.ingest_report import IngestSummary
+from cdcflow.connectors.lakehouse.progress_json import ProgressLog
 from cdcflow.connectors.lakehouse.sink import Progress
 from cdcflow.connectors.lakehouse.target_names import render
 from cdcflow.connectors.replay.dumps import list_files, read_messages
 from cdcflow.connectors.spark.accounting import MessageCounts
+from cdcflow.core.errors import CdcflowError
 from cdcflow.formats.base import Message
 from cdcflow.formats.registry import resolve_format
 from cdcflow.formats.source_tables import SourceTable
@@ -87,19 +91,28 @@ class TableSkipped(Exception):
 def table_config(config: IngestConfig, topic: Topic, shared: SourceTable | None = None) -> IngestConfig:
     """The single-table job of one topic (of one table of a topic many share: ``shared``, read through
     the format's filter); its target is decided once its messages are sampled."""
-    unit = [topic.name] if shared is None else [topic.name, shared.qualified]
-    only = {} if shared is None else resolve_format(config.format).table_filter(shared) or {}
+    unit = [
+        _UNSAFE.sub("_", part)
+        for part in ([topic.name] if shared is None else [topic.name, shared.qualified])
+    ]
+    options = {**config.options}
+    if shared is not None:
+        options |= resolve_format(config.format).table_filter(shared) or {}
+    for name in ("deadLetterPath", "accountingPath"):  # a folder of the job's: each table its own in it
+        given = given_key(options, name)
+        if given is not None:
+            options[given] = join(options[given], *unit)
     return replace(
         config,
         target="",
         path=topic.path,
         topics=() if topic.path else (topic.name,),
-        options={**config.options, **only},
+        options=options,
         topic_pattern=None,
         include_tables=None,
         exclude_tables=None,
         table_keys={},
-        checkpoint=join(config.checkpoint, TABLES_DIRECTORY, *(_UNSAFE.sub("_", part) for part in unit)),
+        checkpoint=join(config.checkpoint, TABLES_DIRECTORY, *unit),
         app_id=f"{config.app_id}.{'.'.join(unit)}" if config.app_id else None,
     )
 
@@ -184,15 +197,37 @@ def table_key(config: IngestConfig, table: SourceTable, plan: ReadPlan) -> tuple
     return plan.primary_key, True
 
 
-def plan_table(
-    config: IngestConfig,
-    topic: Topic,
-    on_batch: Callable[[BatchApplied], None],
-    out: TextIO,
-    shared: tuple[SourceTable, list[Message]] | None = None,
-) -> tuple[SourceTable, Table]:
-    """One topic (or one table of a shared topic and its first messages) planned and checked, its sink
-    built: all before Spark (:func:`prepare_table`)."""
+Shared = tuple[SourceTable, list[Message]]
+"""One table of a topic many share, and its first messages."""
+
+
+def units(config: IngestConfig, scans: dict[str, TopicScan]) -> Iterator[tuple[str, Topic, Shared | None]]:
+    """The tables of the input as the job names them (a topic, or ``topic/db.table`` of a shared one),
+    reading on in the shared topics (``scans``, kept between calls)."""
+    shared = resolve_format(config.format).table_filter(SourceTable(None, None, "t")) is not None
+    for topic in topics(config):
+        if not shared:
+            yield topic.name, topic, None
+            continue
+        scan = scans.setdefault(topic.name, TopicScan(config, topic))
+        for table, first in scan.scan().items():
+            yield f"{topic.name}/{table.qualified}", topic, (table, first)
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where one source table goes: its single-table job (target, key, checkpoint) and read plan."""
+
+    table: SourceTable
+    config: IngestConfig
+    plan: ReadPlan
+    named: bool
+    """Whether the key is the one the messages name (no --key or --table-key for it)."""
+
+
+def route(config: IngestConfig, topic: Topic, shared: Shared | None = None) -> Route:
+    """One topic (or one table of a shared topic) planned: its table, target and key, before Spark;
+    :class:`TableSkipped` when it is left out, ``EmptyInputError`` while it has no change."""
     from cdcflow.connectors.spark.read_plan import EmptyInputError, plan_read
 
     if shared is not None and not included(config, shared[0]):
@@ -213,17 +248,31 @@ def plan_table(
         raise TableSkipped(table.qualified)
     values = {"db": table.db, "schema": table.schema, "table": table.table, "topic": topic.name}
     key, named = table_key(config, table, plan)
-    if named:
-        out.write(
-            f"cdcflow ingest: [{table.qualified}] primary key ({', '.join(key)}), named by the messages\n"
-        )
     single = replace(single, target=render(config.target, values, table.qualified), key=key)
+    return Route(table, single, plan, named)
+
+
+def plan_table(
+    config: IngestConfig,
+    topic: Topic,
+    on_batch: Callable[[BatchApplied], None],
+    out: TextIO,
+    shared: Shared | None = None,
+    progress: ProgressLog | None = None,
+) -> tuple[SourceTable, Table]:
+    """One topic (or one table of a shared topic and its first messages) routed and checked, its sink
+    built: all before Spark (:func:`prepare_table`)."""
+    found = route(config, topic, shared)
+    table, single = found.table, found.config
+    if found.named:
+        key = ", ".join(single.key)
+        out.write(f"cdcflow ingest: [{table.qualified}] primary key ({key}), named by the messages\n")
     if config.commit_group is not None:
         storage = Storage(dict(config.storage_options))
         on_batch = committing(
             config.commit_group, single.checkpoint, storage, single.source_options(), on_batch
         )
-    return table, prepare_table(single, on_batch, out, plan, f"[{table.qualified}] ")
+    return table, prepare_table(single, on_batch, out, found.plan, f"[{table.qualified}] ", progress)
 
 
 class _Job:
@@ -242,23 +291,16 @@ class _Job:
         self.threads: dict[str, threading.Thread] = {}
         self.interrupted: dict[str, bool] = {}
         self.failures: dict[str, BaseException] = {}
+        self.isolated: dict[str, str] = {}
+        """``--on-table-error isolate``: the tables stopped by their error (name: reason)."""
+        self.progress = ProgressLog(config.progress_json) if config.progress_json else None
+        self.storage = Storage(dict(config.storage_options))
 
     def discover(self) -> list[str]:
         """Plan the tables not seen yet; the names of those now ready to run."""
         ready = []
-        shared = resolve_format(self.config.format).table_filter(SourceTable(None, None, "t")) is not None
-        for topic in topics(self.config):
-            if not shared:
-                ready += self._plan(topic.name, topic)
-                continue
-            scan = self.scans.setdefault(topic.name, TopicScan(self.config, topic))
-            tables = scan.scan()
-            if not tables and topic.name not in self.waiting:
-                self._say(f"topic {topic.name} names no table yet: its tables start with their first change")
-                self.waiting.add(topic.name)
-            for table, first in tables.items():
-                self.waiting.discard(topic.name)
-                ready += self._plan(f"{topic.name}/{table.qualified}", topic, (table, first))
+        for name, topic, shared in units(self.config, self.scans):
+            ready += self._plan(name, topic, shared)
         return ready
 
     def _plan(
@@ -270,7 +312,7 @@ class _Job:
         if name in self.tables or name in self.skipped:
             return []
         try:
-            table, prepared = plan_table(self.config, topic, self.on_batch, self.out, shared)
+            table, prepared = plan_table(self.config, topic, self.on_batch, self.out, shared, self.progress)
         except TableSkipped as skipped:
             self.skipped[name] = str(skipped)
             self._say(f"table {skipped} (topic {topic.name}) left out by --include/--exclude-tables")
@@ -279,6 +321,11 @@ class _Job:
             if name not in self.waiting:
                 self._say(f"{name} has no change yet: its table starts with its first")
             self.waiting.add(name)
+            return []
+        except CdcflowError as error:
+            if self.config.on_table_error != "isolate":
+                raise
+            self.isolate(name, shared[0].qualified if shared else name, error)
             return []
         other = self.targets.get(prepared.config.target)
         if other is not None:
@@ -297,6 +344,11 @@ class _Job:
         def work() -> None:
             try:
                 self.interrupted[name] = table.run(session, self.out)
+            except CdcflowError as error:
+                if self.config.on_table_error != "isolate":
+                    self.failures[name] = error
+                else:
+                    self.isolate(name, self.tables[name][0].qualified, error)
             except BaseException as error:  # noqa: BLE001 - handed to the supervisor, which raises it
                 self.failures[name] = error
             finally:
@@ -305,6 +357,21 @@ class _Job:
         thread = threading.Thread(target=work, name=f"cdcflow-table-{name}", daemon=True)
         self.threads[name] = thread
         thread.start()
+
+    def isolate(self, name: str, table: str, error: BaseException) -> None:
+        """Stop ``table`` alone (``--on-table-error isolate``): its reason is said, and written to its
+        dead-letter folder (or the checkpoint's ``isolated``); its checkpoint is where it stopped, so a
+        run after the fix goes on from there."""
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        self.isolated[table] = reason
+        single = table_config(self.config, Topic(name.partition("/")[0]))
+        given = given_key(single.options, "deadLetterPath")
+        folder = single.options[given] if given is not None else join(self.config.checkpoint, "isolated")
+        where = join(folder, f"{_UNSAFE.sub('_', name)}.isolated.json")
+        self.storage.write_text(
+            where, json.dumps({"table": table, "topic": name, "reason": str(error)}) + "\n"
+        )
+        self._say(f"table {table} isolated (--on-table-error isolate), the others go on: {reason} ({where})")
 
     def stop(self) -> None:
         for _, table in self.tables.values():
@@ -327,7 +394,7 @@ def ingest_database(
 
     job = _Job(config, on_batch, out)
     job.discover()
-    if not job.tables and not job.waiting:
+    if not job.tables and not job.waiting and not job.isolated:
         raise ConnectorOptionError(
             f"no table to ingest in {config.path or config.topic_pattern or ', '.join(config.topics)}"
             + (f" ({len(job.skipped)} left out by --include/--exclude-tables)" if job.skipped else "")
@@ -350,6 +417,8 @@ def ingest_database(
             job.stop()
             for thread in job.threads.values():
                 thread.join()
+            if job.progress is not None:
+                job.progress.close()
     if job.failures:
         name, error = next(iter(job.failures.items()))
         out.write(f"cdcflow ingest: table {job.tables[name][0].qualified} (topic {name}) failed\n")
@@ -360,7 +429,7 @@ def ingest_database(
     }
     for name, summary in summaries.items():
         out.write(f"cdcflow ingest: [{name}] {summary}\n")
-    summary = combined(summaries, time.monotonic() - started, interrupted, job.skipped)
+    summary = combined(summaries, time.monotonic() - started, interrupted, job.skipped, job.isolated)
     out.write(f"cdcflow ingest: {summary}\n")
     out.flush()
     return summary
@@ -408,7 +477,11 @@ def _supervise(job: _Job, session: SparkSession) -> bool:
 
 
 def combined(
-    summaries: Mapping[str, IngestSummary], seconds: float, interrupted: bool, skipped: Mapping[str, str]
+    summaries: Mapping[str, IngestSummary],
+    seconds: float,
+    interrupted: bool,
+    skipped: Mapping[str, str],
+    isolated: Mapping[str, str],
 ) -> IngestSummary:
     """The job's totals over its tables' summaries."""
     progress = Progress()
@@ -437,4 +510,5 @@ def combined(
         batch_seconds=seconds - min(started) if started else None,
         tables=dict(summaries),
         skipped_tables=tuple(skipped.values()),
+        isolated_tables=dict(isolated),
     )

@@ -40,6 +40,7 @@ from cdcflow.connectors.lakehouse.ingest_defaults import (
     source_links,
 )
 from cdcflow.connectors.lakehouse.ingest_report import IngestSummary, lag_text, progress_line, reported_batch
+from cdcflow.connectors.lakehouse.progress_json import ProgressLog
 from cdcflow.connectors.lakehouse.sink import DeltaSink, apply_options
 from cdcflow.connectors.lakehouse.target_names import is_database_target
 from cdcflow.connectors.spark import inferred_columns
@@ -61,6 +62,7 @@ DEBEZIUM_RESTART = "source_timestamp"
 """The commit time: tells a restarted log position (failover, RESET MASTER) from a late change."""
 Trigger = Literal["available-now", "continuous"]
 Backend = Literal["delta-rs", "spark"]
+OnTableError = Literal["stop", "isolate"]
 ACCOUNTING_DIRECTORY = "cdcflow-accounting"
 HANDOFF_DIRECTORY = "cdcflow-handoff"
 
@@ -114,6 +116,10 @@ class IngestConfig:
     """A whole-database job leaves out the tables whose qualified name matches this expression."""
     table_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """A whole-database job's primary keys by table (qualified or bare name), over the messages'."""
+    on_table_error: OnTableError = "stop"
+    """A whole-database job: a table that fails stops the job, or is ``isolate``d while the others go on."""
+    progress_json: str | None = None
+    """A file to append one JSON object per applied micro-batch to (:mod:`.progress_json`)."""
 
     def __repr__(self) -> str:
         return redacted_repr(self)
@@ -136,13 +142,14 @@ class IngestConfig:
             ("--include-tables", self.include_tables),
             ("--exclude-tables", self.exclude_tables),
             ("--table-key", bool(self.table_keys)),
+            ("--on-table-error isolate", self.on_table_error == "isolate"),
         ):
             if given and not database:
                 raise ConnectorOptionError(
                     f"{flag} is for a whole database: give a --target with placeholders, e.g. "
                     "--target '/lake/{db}/{table}'"
                 )
-            if isinstance(given, str):
+            if isinstance(given, str) and flag.endswith("-tables"):
                 try:
                     re.compile(given)
                 except re.error as error:
@@ -156,6 +163,10 @@ class IngestConfig:
             )
         if self.commit_group is not None and not self.bootstrap_servers:
             raise ConnectorOptionError("--commit-group commits Kafka offsets: it needs --bootstrap-servers")
+        if self.on_table_error not in ("stop", "isolate"):
+            raise ConnectorOptionError(
+                f"--on-table-error must be stop or isolate, not {self.on_table_error!r}"
+            )
         if self.trigger not in ("available-now", "continuous"):
             raise ConnectorOptionError(f"--trigger must be available-now or continuous, not {self.trigger!r}")
         if self.backend not in BACKENDS:
@@ -280,7 +291,8 @@ def _ingest(
         from cdcflow.connectors.lakehouse.database import ingest_database
 
         return ingest_database(config, spark, out, on_batch, lease)
-    table = prepare_table(config, on_batch, out)
+    progress = ProgressLog(config.progress_json) if config.progress_json else None
+    table = prepare_table(config, on_batch, out, progress=progress)
     if not is_remote(config.checkpoint):
         lease.take()  # before Spark starts: a second job on the checkpoint is refused at once
     with job_session(config, spark) as session:
@@ -290,6 +302,8 @@ def _ingest(
             interrupted = table.run(session, out)
         finally:
             table.sink.close()
+            if progress is not None:
+                progress.close()
     summary = table.summary(started, interrupted)
     out.write(f"cdcflow ingest: {summary}\n")
     out.flush()
@@ -321,6 +335,7 @@ def prepare_table(
     out: TextIO,
     plan: ReadPlan | None = None,
     label: str = "",
+    progress: ProgressLog | None = None,
 ) -> Table:
     """One table's read planned, its key and columns checked and its sink built: all before Spark."""
     from cdcflow.connectors.kafka.admin import discover_partitions
@@ -350,6 +365,15 @@ def prepare_table(
         unsequenced="arrival" if config.sequence_by is None else "dead-letter",
         **links.apply,
     )
+    accounting = config.accounting_path()
+    local = None if is_remote(config.checkpoint) else config.checkpoint.removeprefix("file://")
+    counts = CountsSince(accounting, local) if accounting is not None else None
+    gates: list[_BatchGate] = []
+    if progress is not None:
+        name = label.strip("[] ") or config.target
+        on_batch = progress.recorder(
+            name, on_batch, lambda: gates[0].query if gates else None, lambda: counts
+        )
     sink = DeltaSink(
         config.target,
         options,
@@ -361,10 +385,8 @@ def prepare_table(
         pipeline=config.backend == "delta-rs",
     )
     sink.check_identity()
-    accounting = config.accounting_path()
-    local = None if is_remote(config.checkpoint) else config.checkpoint.removeprefix("file://")
-    counts = CountsSince(accounting, local) if accounting is not None else None
-    return Table(config, plan, sink, origin, _BatchGate(sink, label), counts)
+    gates.append(_BatchGate(sink, label))
+    return Table(config, plan, sink, origin, gates[0], counts)
 
 
 @dataclass
@@ -540,8 +562,9 @@ def _run(
     origin_metadata: tuple[str, ...] = (),
     handoff_path: str | None = None,
 ) -> bool:
-    """Run the query; when a message brings columns the inferred ones lack (SchemaChangedError), start
-    it again from its checkpoint with them, so they reach the table in the batch where they appear.
+    """Run the query; when a message brings columns the inferred ones lack or widens one's type
+    (SchemaChangedError), start it again from its checkpoint with them, so they reach the table in the
+    batch where they appear.
     True when Ctrl-C stopped it."""
     from pyspark.errors import StreamingQueryException
 
@@ -569,7 +592,7 @@ def _run(
         kept = added_columns.recorded(config.checkpoint, sink.storage)
         if kept is not None:
             options["addedColumns"] = added_columns.merged(options.get("addedColumns"), kept)
-    added = {f.name for f in parse_ddl(options["addedColumns"])} if "addedColumns" in options else set()
+    added = {f.name: f.type for f in parse_ddl(options["addedColumns"])} if "addedColumns" in options else {}
     while True:
         changelog = session.readStream.format(config.source).options(**options).load()
         writer = changelog.writeStream.foreachBatch(gate).option("checkpointLocation", config.checkpoint)
@@ -589,16 +612,16 @@ def _run(
             if change is None:
                 raise spark_failure(error) from error
             origin, columns = change
-            new = {f.name for f in parse_ddl(columns)}
-            if config.schema or new <= added:
+            new = {f.name: f.type for f in parse_ddl(columns)}
+            if config.schema or all(added.get(name) == kind for name, kind in new.items()):
                 raise spark_failure(error) from error  # declared columns, or no progress: it says what to do
             sink.drain()  # the batches before the one that failed are in the table when it restarts
             added |= new
             options["addedColumns"] = added_columns.merged(options.get("addedColumns"), columns)
             added_columns.record(config.checkpoint, sink.storage, options["addedColumns"])
             out.write(
-                f"cdcflow ingest: {origin} adds column(s) {columns}: restarting from the checkpoint with "
-                "them; the table gains them in this batch\n"
+                f"cdcflow ingest: {gate.label}{origin} adds or widens column(s) {columns}: restarting from "
+                "the checkpoint with them; the table gains them in this batch\n"
             )
             out.flush()
 

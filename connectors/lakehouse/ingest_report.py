@@ -35,6 +35,8 @@ class IngestSummary:
     """A whole-database job's summary of each table (by qualified name); these fields are their totals."""
     skipped_tables: tuple[str, ...] = ()
     """The tables a whole-database job left out (``--include-tables`` / ``--exclude-tables``)."""
+    isolated_tables: Mapping[str, str] = field(default_factory=dict)
+    """The tables ``--on-table-error isolate`` stopped, and why."""
 
     def __str__(self) -> str:
         """One line, non-zero counts only: ``done: ...``, or ``interrupted (Ctrl-C): ... committed``."""
@@ -59,6 +61,9 @@ class IngestSummary:
             parts = [f"done: {work}", table]
         if self.messages is not None and self.messages.read:
             parts.append(_messages_text(self.messages, self.dead_letters_to))
+        if self.isolated_tables:
+            isolated = ", ".join(f"{name} ({why})" for name, why in self.isolated_tables.items())
+            parts.append(f"ISOLATED {_plural(len(self.isolated_tables), 'table', 'tables')}: {isolated}")
         if self.interrupted:
             parts.append("run again to go on from the checkpoint")
         return "; ".join(parts)

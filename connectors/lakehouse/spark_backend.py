@@ -194,6 +194,17 @@ class SparkTable:
         ).save(self.path)
         return self.schema()
 
+    def _widen_columns(self, fields: list[pa.Field]) -> pa.Schema:
+        # Delta's typeWidening table feature: the column's type changes in the metadata, no file is
+        # rewritten; readers of the table need Delta 3.2+ (or 4.0+ for all of these changes).
+        table = f"delta.{_quote(self.path)}"
+        self.spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')")
+        for field in fields:
+            self.spark.sql(
+                f"ALTER TABLE {table} ALTER COLUMN {_quote(field.name)} TYPE {_sql_type(field.type)}"
+            )
+        return self.schema()
+
     def _frame(self) -> DataFrame:
         reader = self.spark.read.format("delta")
         if self.at is not None:
@@ -226,7 +237,9 @@ class SparkTable:
         from delta.tables import DeltaTable
 
         statement = merge.statement(
-            lambda data: conform_to(self.schema(), self._add_columns, data, merge.identity, self.path),
+            lambda data: conform_to(
+                self.schema(), self._add_columns, data, merge.identity, self.path, self._widen_columns
+            ),
             SPARK_SQL,
         )
         frame = _data_frame(self.spark, statement.source)
@@ -243,6 +256,14 @@ class SparkTable:
         with self.backend.transaction(merge.app_id, merge.batch_id):
             merger.execute()
         return self.version()
+
+
+def _sql_type(data_type: pa.DataType) -> str:
+    """The Spark SQL type of a column type :func:`.delta.tables.widens` widens to."""
+    if pa.types.is_decimal(data_type):
+        return f"DECIMAL({data_type.precision}, {data_type.scale})"
+    names = {pa.int16(): "SMALLINT", pa.int32(): "INT", pa.int64(): "BIGINT", pa.float64(): "DOUBLE"}
+    return names[data_type]
 
 
 def _data_frame(spark: SparkSession, table: pa.Table) -> DataFrame:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pyspark.sql import types as st
 
@@ -352,14 +352,17 @@ def _decoder(
 
 
 def _with_added(inferred: Schema, added: str | None) -> Schema:
-    """The inferred columns and, after them, the ``addedColumns`` they do not have (nullable)."""
+    """The inferred columns, of the type ``addedColumns`` gives one (widened since), and after them the
+    ``addedColumns`` they do not have (nullable)."""
     if added is None:
         return inferred
     try:
         extra = parse_ddl(added)
     except SchemaError as error:
         raise ConnectorOptionError(f"option 'addedColumns': {error}") from None
-    return Schema((*inferred, *(Field(f.name, f.type) for f in extra if f.name not in inferred)))
+    types = {f.name: f.type for f in extra}
+    widened = tuple(replace(f, type=types.get(f.name, f.type)) for f in inferred)
+    return Schema((*widened, *(Field(f.name, f.type) for f in extra if f.name not in inferred)))
 
 
 def columns_ddl(columns: Schema) -> str:

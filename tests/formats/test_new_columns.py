@@ -104,3 +104,46 @@ def test_avro_writer_schema_with_a_new_column() -> None:
     with pytest.raises(NewColumnsError) as error:
         pinned.failing_on_new_columns()
     assert error.value.columns == parse_ddl("small SMALLINT")
+
+
+def test_debezium_json_a_column_whose_type_widens_is_named_with_its_wider_type() -> None:
+    """``ALTER TABLE ... ALTER COLUMN qty TYPE bigint``: the schema block's qty turns int64."""
+    qty = {"field": "qty", "type": "int32", "optional": True}
+    old = _debezium([_ID, qty], {"id": 1, "qty": 5})
+    new = _debezium([_ID, {**qty, "type": "int64"}], {"id": 2, "qty": 2**40})
+    decoder = _inferred({"schema-include": "true"}, old)
+    with pytest.raises(NewColumnsError) as error:
+        decoder.decode_all([old, new])
+    assert error.value.columns == parse_ddl("qty BIGINT")
+    # narrower or of another kind: no widening; the value is converted to the column's type (or fails)
+    narrower = _debezium([_ID, {**qty, "type": "int16"}], {"id": 3, "qty": 7})
+    assert [c.row for c in decoder.decode_all([narrower]).changes] == [{"id": 3, "qty": 7}]
+
+
+def test_canal_mysql_type_that_widens_is_named_with_its_wider_type() -> None:
+    old = _canal({"id": "int", "qty": "int(11)"}, {"id": "1", "qty": "5"})
+    new = _canal({"id": "int", "qty": "bigint(20)"}, {"id": "2", "qty": str(2**40)})
+    decoder = _inferred({}, old, "canal-json")
+    with pytest.raises(NewColumnsError) as error:
+        decoder.decode_all([old, new])
+    assert error.value.columns == parse_ddl("qty BIGINT")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "widens"),
+    [
+        ("TINYINT", "SMALLINT", True),
+        ("INT", "BIGINT", True),
+        ("BIGINT", "INT", False),
+        ("FLOAT", "DOUBLE", True),
+        ("DOUBLE", "FLOAT", False),
+        ("DECIMAL(10, 2)", "DECIMAL(12, 2)", True),
+        ("DECIMAL(10, 2)", "DECIMAL(12, 3)", False),
+        ("INT", "STRING", False),
+        ("INT", "DOUBLE", False),
+    ],
+)
+def test_widens_is_what_delta_holds_exactly(old: str, new: str, widens: bool) -> None:
+    from cdcflow.formats.types import widens as widening
+
+    assert widening(parse_ddl(f"c {old}").field("c").type, parse_ddl(f"c {new}").field("c").type) is widens

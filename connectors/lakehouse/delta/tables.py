@@ -27,7 +27,7 @@ from typing import Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
-from deltalake import CommitProperties, DeltaTable, Field, TableFeatures, Transaction
+from deltalake import CommitProperties, DeltaTable, Field, TableFeatures, Transaction, write_deltalake
 from deltalake import Schema as DeltaSchema
 
 from cdcflow.connectors.errors import DeltaSchemaError
@@ -341,7 +341,8 @@ def _list_not_null(table: DeltaTable) -> None:
 
 def conform(table: DeltaTable, data: pa.Table, key: Sequence[str], path: str) -> pa.Table:
     """``data`` shaped like ``table``'s columns, after adding the nullable columns the table lacks (and
-    NOT NULL's feature, which a job killed between :func:`create_table`'s two commits left unlisted)."""
+    NOT NULL's feature, which a job killed between :func:`create_table`'s two commits left unlisted)
+    and widening those ``data`` holds in a wider type."""
     _list_not_null(table)
 
     def add(fields: list[pa.Field]) -> pa.Schema:
@@ -349,7 +350,34 @@ def conform(table: DeltaTable, data: pa.Table, key: Sequence[str], path: str) ->
         _list_not_null(table)
         return table_schema(table)
 
-    return conform_to(table_schema(table), add, data, key, path)
+    def widen(fields: list[pa.Field]) -> pa.Schema:
+        # delta-rs cannot change a column's type (Delta's typeWidening feature): the table is rewritten
+        # once, in one commit, with the wider types; its properties and transactions are kept.
+        wider = {f.name: f.type for f in fields}
+        schema = pa.schema([f.with_type(wider.get(f.name, f.type)) for f in table_schema(table)])
+        write_deltalake(
+            table, table.to_pyarrow_table().cast(schema), mode="overwrite", schema_mode="overwrite"
+        )
+        table.update_incremental()
+        return table_schema(table)
+
+    return conform_to(table_schema(table), add, data, key, path, widen)
+
+
+def widens(old: pa.DataType, new: pa.DataType) -> bool:
+    """Whether a column of ``old`` type widens to ``new`` exactly (the changes of Delta's typeWidening
+    that :func:`cdcflow.formats.types.widens` names, in Arrow's types)."""
+    integers = (pa.int8(), pa.int16(), pa.int32(), pa.int64())
+    if old in integers and new in integers:
+        return integers.index(new) > integers.index(old)
+    if pa.types.is_float32(old):
+        return bool(pa.types.is_float64(new))
+    return bool(
+        pa.types.is_decimal(old)
+        and pa.types.is_decimal(new)
+        and old.scale == new.scale
+        and new.precision > old.precision
+    )
 
 
 def conform_to(
@@ -358,9 +386,17 @@ def conform_to(
     data: pa.Table,
     key: Sequence[str],
     path: str,
+    widen_columns: Callable[[list[pa.Field]], pa.Schema] | None = None,
 ) -> pa.Table:
     """``data`` shaped like a table of ``existing`` columns, after ``add_columns`` (which returns the
-    table's new schema) added the nullable columns it lacks."""
+    table's new schema) added the nullable columns it lacks and ``widen_columns`` widened the columns
+    ``data`` holds in a wider type (:func:`widens`)."""
+    given = {f.name: f.type for f in data.schema}
+    wider = [
+        f.with_type(given[f.name]) for f in existing if f.name in given and widens(f.type, given[f.name])
+    ]
+    if wider and widen_columns is not None:
+        existing = widen_columns(wider)
     names = set(existing.names)
     added = [f for f in data.schema if f.name not in names]
     for field in added:

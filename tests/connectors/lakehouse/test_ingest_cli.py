@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from dataclasses import replace
 from importlib import resources
@@ -174,12 +175,8 @@ def test_messages_naming_two_keys_are_several_tables_and_stop_the_plan(tmp_path:
 POSTGRES = Path(__file__).parents[2] / "formats" / "recorded" / "postgres"
 
 
-def test_a_folder_of_recorded_topics_lands_each_table_in_its_own_delta_table(
-    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """A whole database from recorded files: the PostgreSQL recording's tables (real Debezium events with
-    schema blocks), one dump per topic, in one job without --key or --schema; the target's placeholders
-    come from each table's ``source`` block; what --exclude-tables leaves out is said, and not read."""
+def postgres_topics() -> dict[str, list[Message]]:
+    """The PostgreSQL recording's messages (real Debezium events with schema blocks) by table topic."""
     topics: dict[str, list[Message]] = {}
     for offset, line in enumerate((POSTGRES / "schemas.jsonl").read_text().splitlines()):
         record = json.loads(line)
@@ -193,19 +190,42 @@ def test_a_folder_of_recorded_topics_lands_each_table_in_its_own_delta_table(
                     offset=offset,
                 )
             )
+    return topics
+
+
+def test_a_folder_of_recorded_topics_lands_each_table_in_its_own_delta_table(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A whole database from recorded files: the PostgreSQL recording's tables (real Debezium events with
+    schema blocks), one dump per topic, in one job without --key or --schema; the target's placeholders
+    come from each table's ``source`` block; what --exclude-tables leaves out is said, and not read. A
+    table whose 105th message is corrupt fails in its second micro-batch: isolated, the others land
+    (exit 3); --progress-json has a line per applied batch of each table."""
+    topics = postgres_topics()
+    created = json.loads(topics["cdcflow.inventory.cdc_small"][0].value or b"")
+    assert created["payload"]["op"] in ("c", "r")
+    bad = []
+    for i in range(120):
+        created["payload"]["after"]["id"] = i
+        created["payload"]["source"]["table"] = "cdc_bad"
+        value = b"{not json" if i == 105 else json.dumps(created).encode()
+        bad.append(Message(value, key=json.dumps({"id": i}).encode(), topic="cdc_bad", partition=0, offset=i))
+    topics["cdcflow.inventory.cdc_bad"] = bad
     folder = tmp_path / "topics"
     folder.mkdir()
     for topic, messages in topics.items():
         write_dump(folder / f"{topic}.dump.jsonl", messages)
-    lake = tmp_path / "lake"
+    lake, progress = tmp_path / "lake", tmp_path / "progress.jsonl"
     command = ["ingest", "--path", str(folder), "--option", "schema-include=true"]
     command += ["--option", "maxBytesPerTrigger=40000", "--exclude-tables", r".*_full"]
+    command += ["--on-table-error", "isolate", "--progress-json", str(progress)]
     command += ["--target", f"{lake}/{{db}}/{{schema}}/{{table}}", "--checkpoint", str(tmp_path / "ck")]
-    assert main(command) == 0
+    assert main(command) == 3
     err = capsys.readouterr().err
     final = json.loads((POSTGRES / "expected.json").read_text())["final"]
     tables = lake / "cdcflow" / "inventory"
-    assert sorted(p.name for p in tables.iterdir()) == ["cdc_small", "cdc_types"]
+    assert {"cdc_small", "cdc_types"} <= {p.name for p in tables.iterdir()}
+    assert not (tables / "cdc_types_full").exists()
     assert table_rows(tables / "cdc_small") == [{"id": 99, "label": "end"}]
     rows = table_rows(tables / "cdc_types")
     want = sorted(final["cdc_types"]["text"], key=lambda row: str(row["id"]))
@@ -213,13 +233,32 @@ def test_a_folder_of_recorded_topics_lands_each_table_in_its_own_delta_table(
         (int(r["id"]), r["c_text"], int(r["c_bigint"])) for r in want
     ]
     summary = err.splitlines()[-1]
-    assert "2 tables" in summary and "left out: cdcflow.inventory.cdc_types_full" in summary, summary
+    assert "3 tables" in summary and "left out: cdcflow.inventory.cdc_types_full" in summary, summary
+    assert "ISOLATED 1 table: cdcflow.inventory.cdc_bad (" in summary, summary
+    isolated = json.loads(
+        (tmp_path / "ck" / "isolated" / "cdcflow.inventory.cdc_bad.isolated.json").read_text()
+    )
+    assert isolated["table"] == "cdcflow.inventory.cdc_bad" and "cdc_bad" in isolated["reason"]
     assert "[cdcflow.inventory.cdc_types] primary key (id), named by the messages" in err
     assert "[cdcflow.inventory.cdc_types] batches: 2," in err, "several micro-batches"
     assert "[cdcflow.inventory.cdc_small] done:" in err and "[cdcflow.inventory.cdc_types] done:" in err
-    # the rerun finds nothing new in either table
-    assert main(command) == 0
-    assert "done: nothing new since the last run" in capsys.readouterr().err.splitlines()[-1]
+    lines = [json.loads(line) for line in progress.read_text().splitlines()]
+    by_table: dict[str, int] = {}
+    for line in lines:
+        by_table[line["table"]] = by_table.get(line["table"], 0) + line["changes"]
+    assert set(by_table) <= {f"cdcflow.inventory.{t}" for t in ("cdc_small", "cdc_types", "cdc_bad")}
+    for name in ("cdc_small", "cdc_types"):
+        done = next(
+            line
+            for line in err.splitlines()
+            if line.startswith(f"cdcflow ingest: [cdcflow.inventory.{name}] done:")
+        )
+        assert f", {by_table[f'cdcflow.inventory.{name}']:,} changes" in done, (done, by_table)
+    # the rerun finds nothing new in the landed tables, and retries the isolated one
+    assert main(command) == 3
+    again = capsys.readouterr().err
+    assert "[cdcflow.inventory.cdc_types] done: nothing new since the last run" in again
+    assert "ISOLATED 1 table: cdcflow.inventory.cdc_bad" in again.splitlines()[-1]
 
 
 @pytest.mark.parametrize(
@@ -325,3 +364,58 @@ def test_a_maxwell_topic_shared_by_several_tables_lands_each_in_its_own_delta_ta
         assert f"[{message['database']}.{message['table']}] primary key (id), named by the messages" in err
         rows = DeltaTable(str(lake / message["table"])).to_pyarrow_table().to_pylist()
         assert rows == [message["data"]], message["table"]
+
+
+def test_inspect_tables_lists_what_a_whole_database_ingest_would_land(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dry run of the routing, with no Spark: each table of the folder's shared Canal topics with its
+    key (``pkNames``), columns (``mysqlType``) and target; the table that cannot be read says why."""
+    folder = tmp_path / "topics"
+    folder.mkdir()
+    shutil.copy(TESTDATA / "flink" / "canal-data-filter-table.txt", folder / "mydb.jsonl")
+    command = ["inspect", "--tables", "--format", "canal-json", "--path", str(folder)]
+    assert main([*command, "--target", "/lake/{db}/{table}"]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert "mydb.product: topic mydb, key (id, named by the messages), target /lake/mydb/product" in out
+    assert "    columns: id INT, name STRING, description STRING, weight FLOAT" in out
+    assert any(line.startswith("mydb.orders: topic mydb, key (order_number, named by") for line in out)
+    assert "mydb/mydb.projects: no change yet" in out  # its one message is its CREATE TABLE
+    assert any(line.startswith("mydb/mydb.project: cannot be ingested:") and "'A101'" in line for line in out)
+
+
+@pytest.mark.process
+def test_a_continuous_job_picks_up_a_table_that_appears_and_ctrl_c_stops_every_table(tmp_path: Path) -> None:
+    """``--trigger continuous`` over a folder: a topic's file added while the job runs becomes a table
+    within a discovery round, from its first change; SIGINT stops both tables and exits 130."""
+    import signal
+    import time
+
+    from ingest_process import start_ingest, tail, wait_for
+
+    topics = postgres_topics()
+    folder, lake = tmp_path / "topics", tmp_path / "lake"
+    folder.mkdir()
+    write_dump(folder / "small.dump.jsonl", topics["cdcflow.inventory.cdc_small"])
+    args = ["--path", str(folder), "--option", "schema-include=true", "--trigger", "continuous"]
+    args += ["--target", f"{lake}/{{table}}", "--checkpoint", str(tmp_path / "ck")]
+    job = start_ingest(args, tmp_path / "run.log")
+    try:
+        wait_for(job, 120, lake / "cdc_small")
+        staged = tmp_path / "types.dump.jsonl"  # written whole, then moved in: the job never sees half
+        write_dump(staged, topics["cdcflow.inventory.cdc_types"])
+        staged.rename(folder / "types.dump.jsonl")
+        wait_for(job, 120, lake / "cdc_types")
+        deadline = time.monotonic() + 60
+        while len(table_rows(lake / "cdc_types")) < 4 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert job.poll() is None, tail(tmp_path / "run.log")
+        os.killpg(job.pid, signal.SIGINT)
+        assert job.wait(timeout=120) == 130, tail(tmp_path / "run.log")
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    log = (tmp_path / "run.log").read_text()
+    assert "Ctrl-C: stopping every table" in log and "Traceback" not in log, tail(tmp_path / "run.log")
+    assert [row["id"] for row in table_rows(lake / "cdc_small")] == [99]
+    assert [row["id"] for row in table_rows(lake / "cdc_types")] == [1, 10, 20, 4]

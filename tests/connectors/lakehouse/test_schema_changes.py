@@ -116,7 +116,7 @@ def test_a_column_added_upstream_reaches_the_table_and_survives_a_restart(
         6: {"name": "f", "note": None},
     }
     assert re.search(
-        rf"topic '{TOPIC}' partition 0 offset 4 \S+ adds column\(s\) note STRING", out.getvalue()
+        rf"topic '{TOPIC}' partition 0 offset 4 \S+ adds or widens column\(s\) note STRING", out.getvalue()
     )
     assert DeltaTable(config.target).schema().to_arrow().field("note").nullable
 
@@ -133,7 +133,58 @@ def test_a_column_added_upstream_reaches_the_table_and_survives_a_restart(
         5: {"name": "e", "note": "n5"},
         6: {"name": "f", "note": None},
     }
-    assert "adds column(s)" not in again.getvalue()
+    assert "adds or widens column(s)" not in again.getvalue()
+
+
+def _widening(offset: int, row: dict[str, Any], qty: str) -> Message:
+    """A Debezium create of ``row`` whose schema block types ``qty`` as ``qty`` (int32, int64)."""
+    message = _event(offset, "c", None, {"id": row["id"], "name": row["name"]})
+    envelope = orjson.loads(message.value or b"")
+    for image in envelope["schema"]["fields"][:2]:
+        image["fields"] = [*image["fields"], {"field": "qty", "type": qty, "optional": True}]
+    envelope["payload"]["after"] = row
+    return Message(orjson.dumps(envelope), key=message.key, topic=TOPIC, partition=0, offset=offset)
+
+
+@pytest.mark.parametrize("backend", ["delta-rs"])
+def test_a_column_whose_type_widens_upstream_is_widened_in_the_table(
+    spark: SparkSession, tmp_path: Path, backend: str
+) -> None:
+    """``ALTER TABLE ... ALTER COLUMN qty TYPE bigint`` upstream: the schema block's qty turns int64 and
+    a value no INT holds arrives; the table's column becomes BIGINT, every value exact, and a restart
+    applies nothing again."""
+    topic_dir = tmp_path / "topic"
+    topic_dir.mkdir()
+    big = 2**40 + 7
+    messages = [_widening(i, {"id": i, "name": f"n{i}", "qty": i * 10}, "int32") for i in range(4)]
+    messages += [_widening(4, {"id": 4, "name": "n4", "qty": big}, "int64")]
+    messages += [_widening(5, {"id": 1, "name": "again", "qty": -big}, "int64")]
+    write_dump(topic_dir / "a.dump", messages)
+    config = IngestConfig(
+        format="debezium-json",
+        key=("id",),
+        target=str(tmp_path / "table"),
+        checkpoint=str(tmp_path / "checkpoint"),
+        path=str(topic_dir),
+        options={"schema-include": "true", "maxBytesPerTrigger": "1500"},
+        backend=backend,  # type: ignore[arg-type]
+    )
+    out = io.StringIO()
+    summary = ingest(config, spark=spark, out=out)
+    assert summary.batches >= 3
+    assert "adds or widens column(s) qty BIGINT" in out.getvalue()
+    table = DeltaTable(config.target)
+    assert str(table.schema().to_arrow().field("qty").type).lower() in ("int64", "long")
+    assert {r["id"]: r["qty"] for r in table.to_pyarrow_table().to_pylist()} == {
+        0: 0,
+        1: -big,
+        2: 20,
+        3: 30,
+        4: big,
+    }
+    version = table.version()
+    assert ingest(config, spark=spark, out=io.StringIO()).batches == 0
+    assert DeltaTable(config.target).version() == version
 
 
 def test_a_spark_query_fails_with_the_new_columns_and_the_fix(spark: SparkSession, tmp_path: Path) -> None:
