@@ -88,13 +88,15 @@ class TableSkipped(Exception):
     """A topic the job does not ingest (now): excluded by ``--exclude-tables``/``--include-tables``."""
 
 
+def _unit(topic: str, shared: SourceTable | None) -> list[str]:
+    """The folder names of one table of the job (in its checkpoint, dead-letter and accounting folders)."""
+    return [_UNSAFE.sub("_", part) for part in ([topic] if shared is None else [topic, shared.qualified])]
+
+
 def table_config(config: IngestConfig, topic: Topic, shared: SourceTable | None = None) -> IngestConfig:
     """The single-table job of one topic (of one table of a topic many share: ``shared``, read through
     the format's filter); its target is decided once its messages are sampled."""
-    unit = [
-        _UNSAFE.sub("_", part)
-        for part in ([topic.name] if shared is None else [topic.name, shared.qualified])
-    ]
+    unit = _unit(topic.name, shared)
     options = {**config.options}
     if shared is not None:
         options |= resolve_format(config.format).table_filter(shared) or {}
@@ -112,6 +114,8 @@ def table_config(config: IngestConfig, topic: Topic, shared: SourceTable | None 
         include_tables=None,
         exclude_tables=None,
         table_keys={},
+        on_table_error="stop",
+        progress_json=None,
         checkpoint=join(config.checkpoint, TABLES_DIRECTORY, *unit),
         app_id=f"{config.app_id}.{'.'.join(unit)}" if config.app_id else None,
     )
@@ -364,9 +368,8 @@ class _Job:
         run after the fix goes on from there."""
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
         self.isolated[table] = reason
-        single = table_config(self.config, Topic(name.partition("/")[0]))
-        given = given_key(single.options, "deadLetterPath")
-        folder = single.options[given] if given is not None else join(self.config.checkpoint, "isolated")
+        given = given_key(self.config.options, "deadLetterPath")
+        folder = self.config.options[given] if given is not None else join(self.config.checkpoint, "isolated")
         where = join(folder, f"{_UNSAFE.sub('_', name)}.isolated.json")
         self.storage.write_text(
             where, json.dumps({"table": table, "topic": name, "reason": str(error)}) + "\n"

@@ -195,14 +195,23 @@ class SparkTable:
         return self.schema()
 
     def _widen_columns(self, fields: list[pa.Field]) -> pa.Schema:
-        # Delta's typeWidening table feature: the column's type changes in the metadata, no file is
-        # rewritten; readers of the table need Delta 3.2+ (or 4.0+ for all of these changes).
+        # On a table whose owner enabled Delta's typeWidening feature, the column's type changes in the
+        # metadata alone. Otherwise the table is rewritten once with the wider types, as on delta-rs:
+        # the feature would make it unreadable to delta-rs (deltalake 1.6 refuses its reader feature).
         table = f"delta.{_quote(self.path)}"
-        self.spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')")
-        for field in fields:
-            self.spark.sql(
-                f"ALTER TABLE {table} ALTER COLUMN {_quote(field.name)} TYPE {_sql_type(field.type)}"
-            )
+        if self.properties().get("delta.enableTypeWidening", "").lower() == "true":
+            for field in fields:
+                column, wider = _quote(field.name), _sql_type(field.type)
+                self.spark.sql(f"ALTER TABLE {table} ALTER COLUMN {column} TYPE {wider}")
+            return self.schema()
+        wider_types = {f.name: _sql_type(f.type) for f in fields}
+        rows = self.spark.read.format("delta").load(self.path)
+        columns = [
+            rows[name].cast(wider_types[name]).alias(name) if name in wider_types else rows[name]
+            for name in rows.columns
+        ]
+        writer = rows.select(*columns).write.format("delta").mode("overwrite")
+        writer.option("overwriteSchema", "true").save(self.path)
         return self.schema()
 
     def _frame(self) -> DataFrame:

@@ -19,7 +19,7 @@ def test_a_batch_applied_before_spark_reports_it_waits_for_its_lag() -> None:
     no lag (a real run printed one); the line waits and, once Spark reports the batch, has the lag."""
     sink = SimpleNamespace(progress=SinkProgress())
     sink.progress.add(BatchApplied(0, changes=12_799, upserts=12_799, seconds=0.242))
-    gate = SimpleNamespace(sink=sink, first_started=None)
+    gate = SimpleNamespace(sink=sink, first_started=None, label="")
     query = SimpleNamespace(lastProgress=None)
     out = io.StringIO()
 
@@ -36,7 +36,7 @@ def test_a_batch_applied_before_spark_reports_it_waits_for_its_lag() -> None:
 def test_the_last_line_of_an_ended_query_is_printed_without_spark_progress() -> None:
     sink = SimpleNamespace(progress=SinkProgress())
     sink.progress.add(BatchApplied(4, changes=3, upserts=2, deletes=1, seconds=0.01))
-    gate = SimpleNamespace(sink=sink, first_started=None)
+    gate = SimpleNamespace(sink=sink, first_started=None, label="")
     out = io.StringIO()
     query = SimpleNamespace(lastProgress={"batchId": 3})
     assert _show_progress(query, gate, out, None, 0, final=True) == 1  # type: ignore[arg-type]
@@ -50,7 +50,7 @@ def test_batches_applied_between_two_polls_get_a_line_each() -> None:
     sink = SimpleNamespace(progress=SinkProgress())
     for batch_id in range(4):
         sink.progress.add(BatchApplied(batch_id, changes=10, upserts=10, seconds=0.1))
-    gate = SimpleNamespace(sink=sink, first_started=None)
+    gate = SimpleNamespace(sink=sink, first_started=None, label="")
     query = SimpleNamespace(lastProgress=_progress(2, latest=2 * 1024 * 1024))
     out = io.StringIO()
 

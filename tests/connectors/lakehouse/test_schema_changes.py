@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 from pyspark.sql import SparkSession
@@ -174,7 +175,7 @@ def test_a_column_whose_type_widens_upstream_is_widened_in_the_table(
     assert summary.batches >= 3
     assert "adds or widens column(s) qty BIGINT" in out.getvalue()
     table = DeltaTable(config.target)
-    assert str(table.schema().to_arrow().field("qty").type).lower() in ("int64", "long")
+    assert pa.schema(table.schema().to_arrow()).field("qty").type == pa.int64()
     assert {r["id"]: r["qty"] for r in table.to_pyarrow_table().to_pylist()} == {
         0: 0,
         1: -big,

@@ -287,3 +287,43 @@ def test_delta_rs_tables_with_timestamp_ntz_and_not_null_keys_read_on_spark(
 
     assert "timestampNtz" in (DeltaTable(path).protocol().writer_features or [])
     assert delta_reader_rows(spark, path) == [{"id": 1, "name": "a", "at": at}]
+
+
+@pytest.mark.parametrize("back_end", ["delta-rs", "spark", "spark, typeWidening enabled"])
+def test_a_column_whose_type_widens_is_widened_in_the_table(
+    spark: SparkSession, tmp_path: Path, back_end: str
+) -> None:
+    """A batch whose ``qty`` is BIGINT (the source's ``ALTER COLUMN qty TYPE bigint``) after batches of
+    INT, with a value no INT holds: the Delta column becomes BIGINT and keeps every value. The table is
+    rewritten once (delta-rs cannot read a table with Delta's typeWidening feature), unless its owner
+    enabled typeWidening: then the Spark back end changes the type in the metadata alone."""
+    backend = DELTA_RS if back_end == "delta-rs" else SparkDeltaBackend(spark)
+    sink = applier(tmp_path, backend)
+    table = tmp_path / "table"
+    narrow = SCHEMA.insert(3, pa.field("qty", pa.int32()))
+    first = [change("+I", 1, 1, "a", qty=5), change("+I", 2, 2, "b", qty=6)]
+    sink.apply(pa.Table.from_pylist(first, narrow), 0)
+    feature = back_end.endswith("enabled")
+    if feature:
+        spark.sql(f"ALTER TABLE delta.`{table}` SET TBLPROPERTIES ('delta.enableTypeWidening' = 'true')")
+    wide = SCHEMA.insert(3, pa.field("qty", pa.int64()))
+    second = [change("+U", 2, 3, "b", qty=2**40), change("+I", 3, 4, "c", qty=-7)]
+    sink.apply(pa.Table.from_pylist(second, wide), 1)
+    want = {1: 5, 2: 2**40, 3: -7}
+    assert {r["id"]: r["qty"] for r in delta_reader_rows(spark, str(table))} == want
+    assert [version for _, version in transactions(table)] == [0, 1]
+    operations = [
+        json.loads(line)["commitInfo"]["operation"]
+        for commit in sorted((table / "_delta_log").glob("*.json"), key=lambda p: int(p.stem))
+        for line in commit.read_text().splitlines()
+        if '"commitInfo"' in line
+    ]
+    rewrites = [op for op in operations if op in ("WRITE", "CREATE OR REPLACE TABLE")]
+    if feature:
+        assert "CHANGE COLUMN" in operations and not rewrites, operations
+        with pytest.raises(Exception, match="typeWidening"):
+            DeltaTable(str(table)).to_pyarrow_table()
+        return
+    assert len(rewrites) == 1, operations  # the one rewrite with the wider type
+    assert pa.schema(DeltaTable(str(table)).schema().to_arrow()).field("qty").type == pa.int64()
+    assert {r["id"]: r["qty"] for r in DeltaTable(str(table)).to_pyarrow_table().to_pylist()} == want
