@@ -19,7 +19,7 @@ per-table cost: a query per table). Every Delta table is checked against its his
         [--small-tables 500 --small-changes 200] [--work DIR]
 
 The default flags of ``ingest`` are used (delta-rs, 64 MiB micro-batches); the histories carry no
-Kafka key, so every job is given ``--key id``.
+Kafka key and no schema block, so every job is given ``--key id`` and ``--schema``.
 """
 
 from __future__ import annotations
@@ -37,10 +37,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
-from cdc_history import events, fold
+from cdc_history import COLUMNS, events, fold
 from deltalake import DeltaTable
 
 ROOT = Path(__file__).resolve().parent.parent
+FLAGS = ("--key", "id", "--schema", COLUMNS)
+"""The histories are plain envelopes (no Kafka key, no schema block): every job is given both."""
 
 
 def write_tables(folder: Path, tables: int, changes: int, keys: int, prefix: str = "t") -> list[str]:
@@ -106,7 +108,9 @@ def run_ingest(args: list[str], result: Result) -> float:
     _, err = job.communicate()
     watcher.join()
     if job.returncode != 0:
-        raise SystemExit(f"ingest {' '.join(args)} failed:\n{err.decode()[-3000:]}")
+        log = Path(tempfile.mkstemp(prefix="cdcflow-bench-database-", suffix=".log")[1])
+        log.write_bytes(err)
+        raise SystemExit(f"ingest {' '.join(args)} failed (its output: {log}):\n{err.decode()[-3000:]}")
     result.python_peak, result.jvm_peak = max(result.python_peak, peaks[0]), max(result.jvm_peak, peaks[1])
     return time.monotonic() - began
 
@@ -120,7 +124,7 @@ def check(target: Path, history: Path) -> None:
 def database(folder: Path, out: Path, result: Result) -> float:
     shutil.rmtree(out, ignore_errors=True)
     seconds = run_ingest(
-        ["--path", str(folder), "--key", "id", "--target", f"{out}/{{table}}", "--checkpoint", f"{out}/ck"],
+        ["--path", str(folder), *FLAGS, "--target", f"{out}/{{table}}", "--checkpoint", f"{out}/ck"],
         result,
     )
     for history in folder.iterdir():
@@ -134,7 +138,7 @@ def job_per_table(folder: Path, out: Path, result: Result) -> float:
     for history in sorted(folder.iterdir()):
         target, checkpoint = out / history.stem, out / "ck" / history.stem
         total += run_ingest(
-            ["--path", str(history), "--key", "id", "--target", str(target), "--checkpoint", str(checkpoint)],
+            ["--path", str(history), *FLAGS, "--target", str(target), "--checkpoint", str(checkpoint)],
             result,
         )
         check(target, history)
@@ -144,7 +148,7 @@ def job_per_table(folder: Path, out: Path, result: Result) -> float:
 def one_table(history: Path, out: Path, result: Result) -> float:
     shutil.rmtree(out, ignore_errors=True)
     seconds = run_ingest(
-        ["--path", str(history), "--key", "id", "--target", f"{out}/table", "--checkpoint", f"{out}/ck"],
+        ["--path", str(history), *FLAGS, "--target", f"{out}/table", "--checkpoint", f"{out}/ck"],
         result,
     )
     check(out / "table", history)

@@ -299,6 +299,7 @@ class _Job:
         """``--on-table-error isolate``: the tables stopped by their error (name: reason)."""
         self.progress = ProgressLog(config.progress_json) if config.progress_json else None
         self.storage = Storage(dict(config.storage_options))
+        self._first_start: float | None = None
 
     def discover(self) -> list[str]:
         """Plan the tables not seen yet; the names of those now ready to run."""
@@ -375,6 +376,23 @@ class _Job:
             where, json.dumps({"table": table, "topic": name, "reason": str(error)}) + "\n"
         )
         self._say(f"table {table} isolated (--on-table-error isolate), the others go on: {reason} ({where})")
+
+    def warm(self) -> bool:
+        """Whether another query may start. The first query of a session adds keys to the environment
+        map of the cdc-* source's Python function (Spark's PythonStreamingSourceRunner.init), which the
+        tasks of every query of that source serialize: a task serialized meanwhile fails ("Illegal size
+        5 of collection, expected 6"). So the others start once the first has planned a batch (or
+        ended, or had a minute)."""
+        if len(self.threads) != 1:
+            return True
+        name, thread = next(iter(self.threads.items()))
+        gate = self.tables[name][1].gate
+        return gate.first_started is not None or not thread.is_alive() or self._since_first() > 60
+
+    def _since_first(self) -> float:
+        if self._first_start is None:
+            self._first_start = time.monotonic()
+        return time.monotonic() - self._first_start
 
     def stop(self) -> None:
         for _, table in self.tables.values():
@@ -454,7 +472,7 @@ def _supervise(job: _Job, session: SparkSession) -> bool:
             running = [name for name, thread in job.threads.items() if thread.is_alive()]
             if job.failures:
                 return False
-            while queued and (parallel is None or len(running) < parallel):
+            while queued and (parallel is None or len(running) < parallel) and job.warm():
                 name = queued.pop(0)
                 job.start(name, session)
                 running.append(name)
