@@ -17,7 +17,7 @@ import orjson
 
 def json_key_fields(key: bytes | None) -> tuple[str, ...] | None:
     """The columns of a JSON message key (either JsonConverter form), or None when it is not an object."""
-    parsed = _object(key)
+    parsed = json_object(key)
     if parsed is None:
         return None
     schema, payload = parsed.get("schema"), parsed.get("payload")
@@ -36,14 +36,15 @@ def json_key_fields(key: bytes | None) -> tuple[str, ...] | None:
 
 def listed_columns(value: bytes | None, field: str) -> tuple[str, ...] | None:
     """The column names a JSON envelope lists in ``field``, or None when it lists none."""
-    parsed = _object(value)
+    parsed = json_object(value)
     names = parsed.get(field) if parsed is not None else None
     if isinstance(names, list) and names and all(isinstance(name, str) for name in names):
         return tuple(names)
     return None
 
 
-def _object(data: bytes | None) -> Mapping[str, Any] | None:
+def json_object(data: bytes | None) -> dict[str, Any] | None:
+    """``data`` parsed as a JSON object, or None (no bytes, not JSON, not an object)."""
     if not data:
         return None
     try:

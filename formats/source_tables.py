@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
+from cdcflow.formats.primary_keys import json_object
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class SourceTable:
 
 def debezium_table(value: bytes | None) -> SourceTable | None:
     """The table of a Debezium JSON envelope (either JsonConverter form), from its ``source`` block."""
-    envelope = _object(value)
+    envelope = json_object(value)
     if envelope is not None and set(envelope) == {"schema", "payload"}:
         envelope = envelope["payload"] if isinstance(envelope["payload"], dict) else None
     source = envelope.get("source") if envelope is not None else None
@@ -42,7 +42,7 @@ def debezium_table(value: bytes | None) -> SourceTable | None:
 def envelope_table(value: bytes | None, database: str | None, table: str) -> SourceTable | None:
     """The table a flat envelope names in its fields ``database`` (None: none) and ``table``; a table
     written ``SCHEMA.TABLE`` (OGG's) gives the schema."""
-    envelope = _object(value)
+    envelope = json_object(value)
     if envelope is None:
         return None
     name = envelope.get(table)
@@ -55,18 +55,8 @@ def envelope_table(value: bytes | None, database: str | None, table: str) -> Sou
 def _table(db: Any, schema: Any, table: Any) -> SourceTable | None:
     if not isinstance(table, str) or not table:
         return None
-    return SourceTable(
-        db if isinstance(db, str) and db else None,
-        schema if isinstance(schema, str) and schema else None,
-        table,
-    )
+    return SourceTable(_name(db), _name(schema), table)
 
 
-def _object(data: bytes | None) -> dict[str, Any] | None:
-    if not data:
-        return None
-    try:
-        parsed = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        return None
-    return parsed if isinstance(parsed, dict) else None
+def _name(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
