@@ -18,7 +18,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TextIO
 
 from cdcflow.connectors.errors import ConnectorOptionError
@@ -513,12 +513,7 @@ def combined(
             progress.batches + p.batches, progress.skipped + p.skipped, progress.totals.plus(p.totals), None
         )
         if summary.messages is not None:
-            messages = MessageCounts(
-                **{
-                    f.name: getattr(messages, f.name) + getattr(summary.messages, f.name)
-                    for f in fields(messages)
-                }
-            )
+            messages.add(summary.messages)
     started = [s.seconds - s.batch_seconds for s in summaries.values() if s.batch_seconds is not None]
     return IngestSummary(
         batches=progress.batches,

@@ -147,9 +147,8 @@ def _widening(offset: int, row: dict[str, Any], qty: str) -> Message:
     return Message(orjson.dumps(envelope), key=message.key, topic=TOPIC, partition=0, offset=offset)
 
 
-@pytest.mark.parametrize("backend", ["delta-rs"])
 def test_a_column_whose_type_widens_upstream_is_widened_in_the_table(
-    spark: SparkSession, tmp_path: Path, backend: str
+    spark: SparkSession, tmp_path: Path
 ) -> None:
     """``ALTER TABLE ... ALTER COLUMN qty TYPE bigint`` upstream: the schema block's qty turns int64 and
     a value no INT holds arrives; the table's column becomes BIGINT, every value exact, and a restart
@@ -168,7 +167,6 @@ def test_a_column_whose_type_widens_upstream_is_widened_in_the_table(
         checkpoint=str(tmp_path / "checkpoint"),
         path=str(topic_dir),
         options={"schema-include": "true", "maxBytesPerTrigger": "1500"},
-        backend=backend,  # type: ignore[arg-type]
     )
     out = io.StringIO()
     summary = ingest(config, spark=spark, out=out)
