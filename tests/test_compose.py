@@ -37,6 +37,7 @@ sys.path[:0] = [str(CONNECTORS), str(CONNECTORS / "stack"), str(CONNECTORS / "la
 import connect_worker as connect_worker_module  # noqa: E402
 import postgres_server  # noqa: E402
 from kafka_fixture import kafka_cluster  # noqa: E402, F401 - a session fixture, shared
+from sample_database import SEED_ROWS  # noqa: E402
 from stack_fixtures import connect_worker, postgres, stack_bootstrap  # noqa: E402, F401 - the same
 
 
@@ -144,9 +145,16 @@ def test_compose_runs_the_files_the_native_tests_run(compose: dict[str, Any]) ->
     assert placeholders <= given, placeholders - given
     config = register.render(
         {name: str(value) for name, value in services["register"]["environment"].items()}
-    )
-    topic = f"{config['config']['topic.prefix']}.{config['config']['table.include.list']}"
-    assert f"--topic={topic}" in services["ingest"]["command"]
+    )["config"]
+    patterns = [
+        arg.partition("=")[2] for arg in services["ingest"]["command"] if arg.startswith("--topic-pattern=")
+    ]
+    assert len(patterns) == 1, services["ingest"]["command"]
+    # the topics Debezium names <prefix>.<schema>.<table>, of every table of the captured schema
+    for table in SEED_ROWS:
+        topic = f"{config['topic.prefix']}.{config['schema.include.list']}.{table}"
+        assert re.fullmatch(patterns[0], topic), (patterns[0], topic)
+    assert not re.fullmatch(patterns[0], f"other.{config['schema.include.list']}.items")
 
 
 ENTRYPOINT = re.compile(r'^ENTRYPOINT \["cdcflow"\]$', re.MULTILINE)
@@ -176,11 +184,12 @@ def test_the_compose_ingest_command_lands_the_table_on_the_test_stack(
     """PostgreSQL → Debezium on Connect → Kafka as the compose file registers it, then the compose
     file's ingest command, run as the image runs it (``cdcflow`` is its entrypoint), with only these
     changes: the broker's host name, the volume's path, and the register service's database host and
-    exactly-once setting (the session's worker runs without exactly-once source support). The Delta
-    table then equals PostgreSQL's rows and follows a change; Ctrl-C ends the run with 130."""
+    exactly-once setting (the session's worker runs without exactly-once source support). Each table of
+    the sample database then lands in a Delta table equal to PostgreSQL's rows and follows a change;
+    Ctrl-C ends the run with 130."""
     from ingest_process import tail, wait_session_gone
-    from test_connect_ingest import wait_equal, wait_records
-    from workload import SEED_ROWS
+    from test_connect_database import wait_all_equal
+    from test_connect_ingest import wait_records
 
     services = compose["services"]
     assert ENTRYPOINT.search((DOCKER / "Dockerfile").read_text(encoding="utf-8"))
@@ -194,7 +203,8 @@ def test_the_compose_ingest_command_lands_the_table_on_the_test_stack(
     database = register_values["POSTGRES_DB"]
     postgres.create_database(database, postgres_server.DOCKER_POSTGRES / "10-inventory.sql")
     connect_worker.register(register_values)
-    wait_records(stack_bootstrap, f"{register_values['TOPIC_PREFIX']}.inventory.items", SEED_ROWS)
+    for table, rows in SEED_ROWS.items():
+        wait_records(stack_bootstrap, f"{register_values['TOPIC_PREFIX']}.inventory.{table}", rows)
 
     lake = tmp_path / "lake"
     command = adapt(
@@ -213,13 +223,14 @@ def test_the_compose_ingest_command_lands_the_table_on_the_test_stack(
             start_new_session=True,
         )
     try:
-        table = lake / "inventory" / "items"
-        wait_equal(postgres, database, table, job, log)
+        tables = lake / "inventory"
+        wait_all_equal(postgres, database, tables, list(SEED_ROWS), job, log)
         postgres.psql(
-            "UPDATE inventory.items SET qty = 0 WHERE id = 4; DELETE FROM inventory.items WHERE id = 5;",
+            "UPDATE inventory.items SET qty = 0 WHERE id = 4; DELETE FROM inventory.items WHERE id = 5;\n"
+            "UPDATE inventory.order_lines SET amount = 0.01 WHERE order_id = 1000 AND line_no = 1;",
             db=database,
         )
-        wait_equal(postgres, database, table, job, log)
+        wait_all_equal(postgres, database, tables, list(SEED_ROWS), job, log)
         os.killpg(job.pid, signal.SIGINT)
         assert job.wait(timeout=120) == 130, tail(log, 40)
         assert "cdcflow ingest: interrupted (Ctrl-C): committed " in tail(log, 1), tail(log, 40)
