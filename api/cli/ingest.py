@@ -60,6 +60,8 @@ SETTINGS = (
     "include_tables",
     "exclude_tables",
     "table_key",
+    "mode",
+    "table_mode",
     "on_table_error",
     "progress_json",
 )
@@ -116,6 +118,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="TABLE=COLS",
         help="a whole database: the primary key of one table, e.g. 'inventory.items=id,sku' (repeatable; "
         "default: the key its messages name)",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=["scd1", "scd2"],
+        help="scd1 (default): the table holds each key's latest row; scd2: every version of each key, "
+        "from __START_AT to __END_AT (the change's time: --sequence-by, Debezium default: its commit time)",
+    )
+    parser.add_argument(
+        "--table-mode",
+        action="append",
+        metavar="TABLE=MODE",
+        help="a whole database: --mode of one table, e.g. 'inventory.orders=scd2' (repeatable)",
     )
     parser.add_argument(
         "--checkpoint", metavar="DIR", help="the query's checkpoint (and key state): a path or s3a:// ..."
@@ -253,7 +267,7 @@ def _read_config(path: str) -> dict[str, Any]:
     except (OSError, tomllib.TOMLDecodeError) as error:
         raise CdcflowUsageError(f"--config {path}: {error}") from None
     settings = {key.replace("-", "_"): value for key, value in data.items()}
-    known = (*SETTINGS, "options", "storage_options", "table_keys")
+    known = (*SETTINGS, "options", "storage_options", "table_keys", "table_modes")
     unknown = sorted(set(settings) - set(known))
     if unknown:
         valid = ", ".join(name.replace("_", "-") for name in known)
@@ -281,6 +295,10 @@ def config_from(merged: dict[str, Any]) -> tuple[Any, bool]:
     topics = merged.get("topic") or ()
     table_keys = dict(_table_keys(merged.get("table_key") or []))
     table_keys.update({str(k): _names(v) for k, v in (merged.get("table_keys") or {}).items()})
+    table_modes = dict(_table_modes(merged.get("table_mode") or []))
+    table_modes.update(
+        {str(k): _mode(v, f"[table-modes] {k}") for k, v in (merged.get("table_modes") or {}).items()}
+    )
     return (
         IngestConfig(
             format=merged.get("format") or "debezium-json",
@@ -314,6 +332,8 @@ def config_from(merged: dict[str, Any]) -> tuple[Any, bool]:
             include_tables=merged.get("include_tables"),
             exclude_tables=merged.get("exclude_tables"),
             table_keys=table_keys,
+            mode=_mode(merged.get("mode") or "scd1", "--mode"),
+            table_modes=table_modes,
             on_table_error=merged.get("on_table_error") or "stop",
             progress_json=merged.get("progress_json"),
         ),
@@ -352,6 +372,26 @@ def _table_keys(entries: Any) -> list[tuple[str, tuple[str, ...]]]:
             )
         pairs.append((table.strip(), _names(columns)))
     return pairs
+
+
+def _table_modes(entries: Any) -> list[tuple[str, Any]]:
+    """``--table-mode 'db.table=scd2'`` entries."""
+    pairs = []
+    for entry in [entries] if isinstance(entries, str) else entries:
+        table, sep, mode = str(entry).partition("=")
+        if not sep or not table.strip():
+            raise CdcflowUsageError(
+                f"--table-mode {entry!r} must look like TABLE=MODE, e.g. 'inventory.orders=scd2'"
+            )
+        pairs.append((table.strip(), _mode(mode, f"--table-mode {entry!r}")))
+    return pairs
+
+
+def _mode(value: Any, setting: str) -> Any:
+    mode = str(value).strip().lower()
+    if mode not in ("scd1", "scd2"):
+        raise CdcflowUsageError(f"{setting}: the mode is scd1 or scd2, not {value!r}")
+    return mode
 
 
 def _names(value: Any) -> tuple[str, ...]:

@@ -114,6 +114,7 @@ def table_config(config: IngestConfig, topic: Topic, shared: SourceTable | None 
         include_tables=None,
         exclude_tables=None,
         table_keys={},
+        table_modes={},
         on_table_error="stop",
         progress_json=None,
         checkpoint=join(config.checkpoint, TABLES_DIRECTORY, *unit),
@@ -252,7 +253,8 @@ def route(config: IngestConfig, topic: Topic, shared: Shared | None = None) -> R
         raise TableSkipped(table.qualified)
     values = {"db": table.db, "schema": table.schema, "table": table.table, "topic": topic.name}
     key, named = table_key(config, table, plan)
-    single = replace(single, target=render(config.target, values, table.qualified), key=key)
+    mode = config.table_modes.get(table.qualified) or config.table_modes.get(table.table) or config.mode
+    single = replace(single, target=render(config.target, values, table.qualified), key=key, mode=mode)
     return Route(table, single, plan, named)
 
 

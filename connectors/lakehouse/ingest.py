@@ -63,6 +63,7 @@ DEBEZIUM_RESTART = "source_timestamp"
 Trigger = Literal["available-now", "continuous"]
 Backend = Literal["delta-rs", "spark"]
 OnTableError = Literal["stop", "isolate"]
+Mode = Literal["scd1", "scd2"]
 ACCOUNTING_DIRECTORY = "cdcflow-accounting"
 HANDOFF_DIRECTORY = "cdcflow-handoff"
 
@@ -116,6 +117,10 @@ class IngestConfig:
     """A whole-database job leaves out the tables whose qualified name matches this expression."""
     table_keys: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """A whole-database job's primary keys by table (qualified or bare name), over the messages'."""
+    mode: Mode = "scd1"
+    """scd1: the table holds each key's latest row; scd2: every version (:mod:`.delta.history_apply`)."""
+    table_modes: Mapping[str, Mode] = field(default_factory=dict)
+    """A whole-database job's modes by table (qualified or bare name), over ``mode``."""
     on_table_error: OnTableError = "stop"
     """A whole-database job: a table that fails stops the job, or is ``isolate``d while the others go on."""
     progress_json: str | None = None
@@ -142,6 +147,7 @@ class IngestConfig:
             ("--include-tables", self.include_tables),
             ("--exclude-tables", self.exclude_tables),
             ("--table-key", bool(self.table_keys)),
+            ("--table-mode", bool(self.table_modes)),
             ("--on-table-error isolate", self.on_table_error == "isolate"),
         ):
             if given and not database:
@@ -167,6 +173,13 @@ class IngestConfig:
             raise ConnectorOptionError(
                 f"--on-table-error must be stop or isolate, not {self.on_table_error!r}"
             )
+        for mode in (self.mode, *self.table_modes.values()):
+            if mode not in ("scd1", "scd2"):
+                raise ConnectorOptionError(f"--mode must be scd1 or scd2, not {mode!r}")
+        if "scd2" in (self.mode, *self.table_modes.values()):
+            if self.backend != "delta-rs":
+                raise ConnectorOptionError("--mode scd2 writes with delta-rs: use --backend delta-rs")
+            self.history_time()
         if self.trigger not in ("available-now", "continuous"):
             raise ConnectorOptionError(f"--trigger must be available-now or continuous, not {self.trigger!r}")
         if self.backend not in BACKENDS:
@@ -192,6 +205,19 @@ class IngestConfig:
         if self.sequence_by is None and resolve_format(self.format).has_metadata(*LOG_POSITION):
             return DEBEZIUM_SEQUENCE
         return self.sequence_by
+
+    def history_time(self) -> str:
+        """The column whose value starts a version under ``--mode scd2``: ``--sequence-by``, or the
+        commit time of a format with a log position (Debezium's ``source.ts_ms``)."""
+        sequence = self.resolved_sequence()
+        if sequence == DEBEZIUM_SEQUENCE:
+            return DEBEZIUM_RESTART
+        if sequence is None:
+            raise ConnectorOptionError(
+                f"--mode scd2 needs each change's time: give --sequence-by COLUMN (a timestamp or number "
+                f"rising with each key's changes; {self.format} has no commit time of its own)"
+            )
+        return sequence
 
     def source_options(self) -> dict[str, str]:
         """The source's options: the user's with the job's defaults (decided once; a copy to add to)."""
@@ -383,6 +409,7 @@ def prepare_table(
         config.backend,
         storage_options=config.storage_options,
         pipeline=config.backend == "delta-rs",
+        history_time=config.history_time() if config.mode == "scd2" else None,
     )
     sink.check_identity()
     gates.append(_BatchGate(sink, label))

@@ -26,6 +26,7 @@ from cdcflow.connectors.lakehouse.delta import app_identity
 from cdcflow.connectors.lakehouse.delta.apply import DeltaChangeApplier
 from cdcflow.connectors.lakehouse.delta.batch import OnTruncate
 from cdcflow.connectors.lakehouse.delta.dead_letters import DEAD_LETTER_DIR, DeadLetterFiles
+from cdcflow.connectors.lakehouse.delta.history_apply import HistoryApplier
 from cdcflow.connectors.lakehouse.delta.options import ApplyOptions, Materialize, Unsequenced
 from cdcflow.connectors.lakehouse.delta.pending import PendingBatches
 from cdcflow.connectors.lakehouse.delta.result import BatchApplied
@@ -127,6 +128,7 @@ class DeltaSink:
         run_replays: bool = False,
         storage_options: Mapping[str, str] | None = None,
         pipeline: bool = False,
+        history_time: str | None = None,
     ) -> None:
         """``run_replays``: execute a replayed batch's plan although the table has it (a stateful query,
         e.g. an aggregation, fails in Spark 4.2 when a batch leaves its state store partitions
@@ -137,7 +139,10 @@ class DeltaSink:
         N+1, each batch first written to the checkpoint's pending log (:mod:`.delta.pending`) so that one
         Spark committed survives the driver; the owner calls :meth:`recover` before the query starts
         and :meth:`drain` after it ends. An apply's error is raised by the next batch (failing the
-        query before Spark commits that one) or by :meth:`drain`."""
+        query before Spark commits that one) or by :meth:`drain`.
+
+        ``history_time`` (delta-rs back end): keep the table as SCD2 history, each version starting at
+        its change's value of this column (:mod:`.delta.history_apply`)."""
         if backend not in BACKENDS:
             raise ConnectorOptionError(f"backend must be one of {', '.join(BACKENDS)}, not {backend!r}")
         self.backend = backend
@@ -150,7 +155,10 @@ class DeltaSink:
         self.progress = SinkProgress()
         self.on_batch = on_batch
         self.run_replays = run_replays
-        self._applier: DeltaChangeApplier | None = None
+        self._applier: DeltaChangeApplier | HistoryApplier | None = None
+        if history_time is not None and backend != "delta-rs":
+            raise ConnectorOptionError("--mode scd2 writes with delta-rs: use --backend delta-rs")
+        self.history_time = history_time
         if pipeline and backend != "delta-rs":
             raise ConnectorOptionError("pipeline=True applies with delta-rs: use backend='delta-rs'")
         self._pending = PendingBatches(checkpoint, self.storage) if pipeline else None
@@ -193,7 +201,7 @@ class DeltaSink:
 
             self._tables = SparkDeltaBackend(spark)
 
-    def applier(self, spark: SparkSession | None = None) -> DeltaChangeApplier:
+    def applier(self, spark: SparkSession | None = None) -> DeltaChangeApplier | HistoryApplier:
         if self._tables is None and spark is not None:
             self.bind(spark)
         if self._tables is None:
@@ -209,6 +217,11 @@ class DeltaSink:
                 chosen=self.app_id is not None,
                 storage=self.storage,
             )
+            if self.history_time is not None:
+                self._applier = HistoryApplier(
+                    self.target, self.options, self.history_time, app_id=app_id, storage=self.storage
+                )
+                return self._applier
             self._applier = DeltaChangeApplier(
                 self.target,
                 self.options,
@@ -223,7 +236,8 @@ class DeltaSink:
         return self.app_id or f"cdcflow-{checkpoint_query_id(self.checkpoint, self.storage)}"
 
     def _state_path(self) -> str | None:
-        return join(self.checkpoint, STATE_DIR) if self.options.stateful else None
+        stateful = self.options.stateful and self.history_time is None
+        return join(self.checkpoint, STATE_DIR) if stateful else None
 
     @property
     def dead_letter_path(self) -> str:

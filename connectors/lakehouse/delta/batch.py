@@ -556,6 +556,8 @@ def decide(controls: Controls | None, on_truncate: OnTruncate) -> ControlOutcome
         int(controls.before[last]), sequences[last], restart, controls.where(last)
     )
     log.warning(
-        "batch %d: TRUNCATE at %s empties the Delta table", controls.batch_id, outcome.truncation.where
+        "batch %d: TRUNCATE at %s ends every row of the Delta table",
+        controls.batch_id,
+        outcome.truncation.where,
     )
     return outcome

@@ -13,16 +13,21 @@ arrive late (older than versions already written) land where their time puts the
 written as ONE delta-rs merge on ``(key, valid_from)`` whose commit records ``(app_id, batch_id)``: new
 versions are inserted, changed ones updated, vanished ones (replaced by a change at the same time)
 deleted, and a replayed batch finds its id and is skipped.
+
+A truncation (the time of a source TRUNCATE) ends every version open at that time: the batch's keys'
+(a change from before a truncation that arrives in a later batch lands as a version ending there) and,
+with ``open_keys``, every key the table holds open.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from cdcflow.connectors.errors import ChangelogConsistencyError, ConnectorOptionError
@@ -70,7 +75,10 @@ class DeltaHistoryWriter:
         row_kind_column: str = "_row_kind",
         valid_from: str = "valid_from",
         valid_to: str = "valid_to",
+        keep_time: bool = True,
     ) -> None:
+        """``keep_time=False``: the ``time`` column orders the changes but is no column of the table
+        (``valid_from`` holds it)."""
         self.key = (key,) if isinstance(key, str) else tuple(key)
         names = [*self.key, time, row_kind_column, valid_from, valid_to, OP]
         if not self.key or len(set(names)) != len(names):
@@ -89,12 +97,24 @@ class DeltaHistoryWriter:
         self.row_kind_column = row_kind_column
         self.valid_from = valid_from
         self.valid_to = valid_to
+        self.keep_time = keep_time
 
     def applied_batch(self) -> int:
         """The last batch id committed to the table (-1 when none)."""
         return applied_version(open_table(self.target), self.app_id)
 
-    def apply(self, batch: pa.Table | pa.RecordBatch, batch_id: int) -> HistoryResult:
+    def apply(
+        self,
+        batch: pa.Table | pa.RecordBatch,
+        batch_id: int,
+        truncations: Sequence[Any] = (),
+        open_keys: bool = False,
+        patches: Mapping[tuple[tuple[Any, ...], Any], Mapping[str, Any]] | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> HistoryResult:
+        """``truncations``: times at which every version ends (a source TRUNCATE); ``open_keys``: end
+        there every version the table holds open too, not only the batch's keys'. ``patches``: values
+        set on stored versions, by ``(key, valid_from)``. ``metadata``: the commit's custom metadata."""
         if isinstance(batch, pa.RecordBatch):
             batch = pa.Table.from_batches([batch])
         table = open_table(self.target)
@@ -103,24 +123,36 @@ class DeltaHistoryWriter:
             return HistoryResult(batch_id, skipped=True, table_version=table.version())
         data, changes = self._changes(batch, batch_id)
         keys = {key_tuple(change.row, self.key, index) for index, change in enumerate(changes)}
+        if table is not None and open_keys and truncations:
+            keys |= self._open_keys(table)
+        keys |= {key for key, _ in patches or {}}
         existing = self._existing(table, keys) if table is not None else []
-        history = versions_of(
-            [*changelog_of(existing, self.time), *changes], self.key, self.time, keep_deletes=True
-        )
+        patched = [
+            Version(
+                v.key, {**v.row, **(patches or {}).get((v.key, v.valid_from), {})}, v.valid_from, v.valid_to
+            )
+            for v in existing
+        ]
+        stored = changelog_of(patched, self.time)
+        ended = self._truncated([*stored, *changes], truncations)
+        history = versions_of([*ended, *stored, *changes], self.key, self.time, keep_deletes=True)
         before = {(v.key, v.valid_from): v for v in existing}
         after = {(v.key, v.valid_from): v for v in history}
         upserts = [v for id_, v in after.items() if before.get(id_) != v]
         gone = [v for id_, v in before.items() if id_ not in after]
         inserted = sum(1 for v in upserts if (v.key, v.valid_from) not in before)
         source = self._rows(data.schema, [*upserts, *gone], len(upserts))
-        commit = CommitProperties(app_transactions=[Transaction(self.app_id, batch_id)])
+        commit = CommitProperties(
+            app_transactions=[Transaction(self.app_id, batch_id)],
+            custom_metadata=dict(metadata) if metadata else None,
+        )
         if table is None:
             write_deltalake(self.target, source.drop_columns([OP]), mode="error", commit_properties=commit)
         elif source.num_rows == 0:
             # A merge without source rows commits nothing: record the batch id with an empty append.
             write_deltalake(table, source.drop_columns([OP]), mode="append", commit_properties=commit)
         else:
-            merge = Merge(source, (*self.key, self.valid_from), self.app_id, batch_id)
+            merge = Merge(source, (*self.key, self.valid_from), self.app_id, batch_id, metadata=metadata)
             merge_marked(table, self.target, merge)
         result = HistoryResult(
             batch_id,
@@ -167,6 +199,30 @@ class DeltaHistoryWriter:
             ) from error
         return data, changes
 
+    def _open_keys(self, table: DeltaTable) -> set[tuple[Any, ...]]:
+        rows = table.to_pyarrow_dataset().to_table(
+            filter=pc.field(self.valid_to).is_null(), columns=list(self.key)
+        )
+        return {tuple(row[k] for k in self.key) for row in rows.to_pylist()}
+
+    def _truncated(self, changes: list[Change], truncations: Sequence[Any]) -> list[Change]:
+        """A delete at each truncation of each key open just before it (``changes`` in arrival order;
+        placed before every change, a change at a truncation's time counts as after it)."""
+        if not truncations:
+            return []
+        per_key: dict[tuple[Any, ...], list[Change]] = {}
+        for index, change in enumerate(changes):
+            if change.kind is not RowKind.UPDATE_BEFORE:
+                per_key.setdefault(key_tuple(change.row, self.key, index), []).append(change)
+        ends = []
+        for timed in per_key.values():
+            timed.sort(key=lambda change: change.row[self.time])
+            for at in sorted(set(truncations)):
+                before = [change for change in timed if change.row[self.time] < at]
+                if before and before[-1].kind is not RowKind.DELETE:
+                    ends.append(Change(RowKind.DELETE, {**before[-1].row, self.time: at}))
+        return ends
+
     def _existing(self, table: DeltaTable, keys: set[tuple[Any, ...]]) -> list[Version]:
         if not keys:
             return []
@@ -181,6 +237,7 @@ class DeltaHistoryWriter:
         for index, row in enumerate(rows_of_keys(table, self.target, self.key, wanted).to_pylist()):
             key = key_tuple(row, self.key, index)
             valid_from, valid_to = row.pop(self.valid_from), row.pop(self.valid_to)
+            row.setdefault(self.time, valid_from)
             versions.append(Version(key, row, valid_from, valid_to))
         return versions
 
@@ -202,7 +259,11 @@ class DeltaHistoryWriter:
         time_type = data_schema.field(self.time).type
         schema = pa.schema(
             [
-                *(f.with_nullable(f.nullable and f.name not in self.key) for f in data_schema),
+                *(
+                    f.with_nullable(f.nullable and f.name not in self.key)
+                    for f in data_schema
+                    if self.keep_time or f.name != self.time
+                ),
                 pa.field(self.valid_from, time_type, nullable=False),
                 pa.field(self.valid_to, time_type),
                 pa.field(OP, pa.string(), nullable=False),

@@ -110,6 +110,8 @@ class Merge:
     batch_id: int
     delete_unmatched: Sequence[Clause] = ()
     unavailable: str | None = None
+    metadata: Mapping[str, str] | None = None
+    """The commit's custom metadata (delta-rs back end)."""
 
     def statement(self, conform: Callable[[pa.Table], pa.Table], dialect: Dialect) -> MergeStatement:
         """The merge in ``dialect``; ``conform`` shapes the data columns like the target's (adding the

@@ -60,7 +60,10 @@ def merge_marked(table: DeltaTable, path: str, merge: Merge) -> int:
             predicate=statement.on,
             source_alias="s",
             target_alias="t",
-            commit_properties=CommitProperties(app_transactions=[Transaction(merge.app_id, merge.batch_id)]),
+            commit_properties=CommitProperties(
+                app_transactions=[Transaction(merge.app_id, merge.batch_id)],
+                custom_metadata=dict(merge.metadata) if merge.metadata else None,
+            ),
         )
         .when_matched_delete(predicate=statement.delete)
         .when_matched_update(updates=dict(statement.update), predicate=statement.write)

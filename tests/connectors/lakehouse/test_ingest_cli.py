@@ -200,7 +200,8 @@ def test_a_folder_of_recorded_topics_lands_each_table_in_its_own_delta_table(
     schema blocks), one dump per topic, in one job without --key or --schema; the target's placeholders
     come from each table's ``source`` block; what --exclude-tables leaves out is said, and not read. A
     table whose 105th message is corrupt fails in its second micro-batch: isolated, the others land
-    (exit 3); --progress-json has a line per applied batch of each table."""
+    (exit 3); --progress-json has a line per applied batch of each table; --table-mode keeps one table
+    as SCD2 history."""
     topics = postgres_topics()
     created = json.loads(topics["cdcflow.inventory.cdc_small"][0].value or b"")
     assert created["payload"]["op"] in ("c", "r")
@@ -219,6 +220,7 @@ def test_a_folder_of_recorded_topics_lands_each_table_in_its_own_delta_table(
     command = ["ingest", "--path", str(folder), "--option", "schema-include=true"]
     command += ["--option", "maxBytesPerTrigger=40000", "--exclude-tables", r".*_full"]
     command += ["--on-table-error", "isolate", "--progress-json", str(progress)]
+    command += ["--table-mode", "cdc_small=scd2"]
     command += ["--target", f"{lake}/{{db}}/{{schema}}/{{table}}", "--checkpoint", str(tmp_path / "ck")]
     assert main(command) == 3
     err = capsys.readouterr().err
@@ -226,7 +228,11 @@ def test_a_folder_of_recorded_topics_lands_each_table_in_its_own_delta_table(
     tables = lake / "cdcflow" / "inventory"
     assert {"cdc_small", "cdc_types"} <= {p.name for p in tables.iterdir()}
     assert not (tables / "cdc_types_full").exists()
-    assert table_rows(tables / "cdc_small") == [{"id": 99, "label": "end"}]
+    history = DeltaTable(str(tables / "cdc_small")).to_pyarrow_table().to_pylist()
+    assert [{"id": r["id"], "label": r["label"]} for r in history if r["__END_AT"] is None] == [
+        {"id": 99, "label": "end"}
+    ]
+    assert len(history) > 1 and all(r["__START_AT"] is not None for r in history), history
     rows = table_rows(tables / "cdc_types")
     want = sorted(final["cdc_types"]["text"], key=lambda row: str(row["id"]))
     assert [(r["id"], r["c_text"], r["c_bigint"]) for r in rows] == [

@@ -1,0 +1,206 @@
+"""``ingest --mode scd2``: the recorded PostgreSQL workload (test_postgres_workload.py) kept as SCD2
+history, checked against PostgreSQL's final SELECT and against the recording's own events.
+
+The recording is a two-partition topic dump. Read as a consumer caught up on both partitions reads it
+(records in the order Kafka stamped them), every value is known when its change is applied. Read as it
+is stored (all of partition 0, then partition 1), a primary-key change's create can come batches before
+its old key's rows: the job claims the old key's value and patches the versions once it arrives; what
+it cannot know it leaves NULL and counts, never a wrong value.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from deltalake import DeltaTable
+from test_postgres_workload import (
+    PG_TYPES,
+    differences,
+    expected,  # noqa: F401 - the module's fixture
+    ingest_options,
+    postgres_rows,
+    recorded_events,
+    unpack,
+)
+
+from cdcflow.connectors.lakehouse.delta.history_apply import END_AT, START_AT
+from cdcflow.connectors.lakehouse.ingest import IngestConfig, ingest
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+TABLE = "items_default"
+
+
+def as_kafka_reads(dump: Path, into: Path) -> Path:
+    """The dump's records in the order Kafka stamped them (partitions interleaved)."""
+    head, *lines = dump.read_text(encoding="utf-8").splitlines()
+    records = sorted((json.loads(line) for line in lines), key=lambda r: (r["timestamp"], r["partition"]))
+    into.write_text("\n".join([head, *(json.dumps(r) for r in records)]) + "\n", encoding="utf-8")
+    return into
+
+
+def history_rows(target: Path) -> list[dict[str, Any]]:
+    rows = DeltaTable(str(target)).to_pyarrow_table().to_pylist()
+    for row in rows:
+        if row["seen_at"] is not None:
+            row["seen_at"] = row["seen_at"].astimezone(UTC)
+    return rows
+
+
+def current(rows: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    found: dict[int, dict[str, Any]] = {}
+    for row in rows:
+        if row[END_AT] is None:
+            assert row["id"] not in found, f"id {row['id']} has two open versions"
+            found[row["id"]] = {c: row[c] for c in PG_TYPES}
+    return found
+
+
+def ms(at: datetime) -> int:
+    return round(at.timestamp() * 1000)
+
+
+def scd2(dump: Path, tmp_path: Path, options: dict[str, str]) -> IngestConfig:
+    return IngestConfig(
+        format="debezium-json",
+        key=(),
+        target=str(tmp_path / "history"),
+        checkpoint=str(tmp_path / "checkpoint"),
+        path=str(dump),
+        options=options,
+        mode="scd2",
+    )
+
+
+def test_history_of_the_recorded_workload_read_as_kafka_reads_it(
+    spark: SparkSession,
+    tmp_path: Path,
+    expected: dict[str, Any],  # noqa: F811 - the fixture
+) -> None:
+    """Several micro-batches, in two runs (the second from the first's checkpoint, over the rest of
+    the topic). The open versions are PostgreSQL's final rows; each key's versions follow one another
+    without overlap, start at the commit time of a change of that key and end at the next one's (or
+    at the TRUNCATE); every version's values are the key's values after that change."""
+    dump = as_kafka_reads(unpack(TABLE, tmp_path), tmp_path / "kafka-order.jsonl")
+    full = dump.read_text(encoding="utf-8")
+    lines = full.splitlines(keepends=True)
+    dump.write_text("".join(lines[: len(lines) // 2]), encoding="utf-8")
+    options = ingest_options(dump, batches=3)
+    first = ingest(scd2(dump, tmp_path, options), spark=spark)
+    dump.write_text(full, encoding="utf-8")
+    second = ingest(scd2(dump, tmp_path, options), spark=spark)
+    assert first.batches >= 2 and second.batches >= 2, (first, second)
+    assert first.progress.totals.unavailable_unfilled == second.progress.totals.unavailable_unfilled == 0
+
+    rows = history_rows(tmp_path / "history")
+    want = postgres_rows(expected, TABLE)
+    assert current(rows) == want, differences(TABLE, want, current(rows))
+
+    # The recording's own events, without cdcflow: per key, the commit times of its changes.
+    events = [e for e in recorded_events(TABLE) if e["value"] is not None]
+    changed: dict[int, set[int]] = {}
+    for event in events:
+        change = event["value"]
+        if change["op"] != "t":
+            row = change["after"] or change["before"]
+            changed.setdefault(row["id"], set()).add(change["source"]["ts_ms"])
+    (truncate,) = [e["value"]["source"]["ts_ms"] for e in events if e["value"]["op"] == "t"]
+    by_key: dict[int, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_key.setdefault(row["id"], []).append(row)
+    assert set(by_key) <= set(changed)
+    for key, versions in by_key.items():
+        versions.sort(key=lambda v: v[START_AT])
+        for version, following in zip(versions, [*versions[1:], None], strict=True):
+            start, end = ms(version[START_AT]), version[END_AT] and ms(version[END_AT])
+            assert start in changed[key], (key, version[START_AT])
+            assert end is None or end == truncate or end in changed[key], (key, version[END_AT])
+            assert end is None or start < end, (key, start, end)
+            if following is not None:
+                assert end is not None and end <= ms(following[START_AT]), (key, version, following)
+            # the truncate ended every version open at its time
+            assert not (start < truncate and (end is None or end > truncate)), (key, start, end)
+    assert sum(len(v) for v in by_key.values()) > 2 * len(want)  # a history, not the current rows
+
+    # Each version's values are the key's after the change that opened it, the recording folded here
+    # (an unavailable value: the key's previous one, the old key's for a primary-key change).
+    assert_versions_follow_the_recording(events, by_key)
+
+
+def assert_versions_follow_the_recording(
+    events: list[dict[str, Any]], by_key: dict[int, list[dict[str, Any]]]
+) -> None:
+    def position(event: dict[str, Any]) -> tuple[int, int, bool]:
+        commit, lsn = json.loads(event["value"]["source"]["sequence"])
+        return int(commit or 0), int(lsn), event["value"]["op"] != "d"
+
+    rows: dict[int, dict[str, Any]] = {}
+    moved: dict[int, dict[str, Any]] = {}
+    after: dict[tuple[int, int], str | None] = {}  # (key, ts_ms) -> body after that time's changes
+    for event in sorted(events, key=position):
+        change = event["value"]
+        if change["op"] in ("t", "d"):
+            if change["op"] == "d":
+                row = rows.pop(change["before"]["id"])
+                if new_key := event["headers"].get("__debezium.newkey"):
+                    moved[new_key["id"]] = row
+            continue
+        key = change["after"]["id"]
+        previous = moved.pop(key) if event["headers"].get("__debezium.oldkey") else rows.get(key)
+        body = change["after"]["body"]
+        if body == "__debezium_unavailable_value":
+            assert previous is not None
+            body = previous["body"]
+        rows[key] = {"body": body}
+        after[(key, change["source"]["ts_ms"])] = body
+    checked = 0
+    for key, versions in by_key.items():
+        for version in versions:
+            at = (key, ms(version[START_AT]))
+            if at in after:
+                assert version["body"] == after[at], (key, version[START_AT])
+                checked += 1
+    assert checked > 1000
+
+
+def test_history_read_partition_after_partition_is_never_wrong(
+    spark: SparkSession,
+    tmp_path: Path,
+    expected: dict[str, Any],  # noqa: F811 - the fixture
+) -> None:
+    """The dump as it is stored: claims patch most primary-key changes' values; those a chain of key
+    changes still waits for stay NULL and are counted; no value is another row's."""
+    dump = unpack(TABLE, tmp_path)
+    summary = ingest(scd2(dump, tmp_path, ingest_options(dump)), spark=spark)
+    got, want = current(history_rows(tmp_path / "history")), postgres_rows(expected, TABLE)
+    assert set(got) == set(want)
+    wrong = [k for k in want if got[k] != want[k] and got[k] != {**want[k], "body": None}]
+    assert not wrong, differences(TABLE, {k: want[k] for k in wrong}, {k: got[k] for k in wrong})
+    nulls = sum(1 for k in want if got[k] != want[k])
+    assert nulls <= summary.progress.totals.unavailable_unfilled
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--mode", "scd2", "--backend", "spark"], "--mode scd2 writes with delta-rs"),
+        (["--mode", "scd2", "--format", "canal-json"], "--mode scd2 needs each change's time"),
+        (["--target", "/lake/{table}", "--table-mode", "items=scd3"], "the mode is scd1 or scd2"),
+    ],
+)
+def test_the_mode_flags_are_checked_before_anything_runs(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], says: str
+) -> None:
+    from cdcflow.cli import main
+
+    target = [] if "--target" in flags else ["--target", str(tmp_path / "t")]
+    assert (
+        main(["ingest", "--path", str(tmp_path), "--checkpoint", str(tmp_path / "c"), *target, *flags]) == 2
+    )
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err, err
