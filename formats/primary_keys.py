@@ -14,6 +14,14 @@ from typing import Any
 
 import orjson
 
+from cdcflow.formats.confluent.client import (
+    HEADER_SIZE,
+    MAGIC_BYTE,
+    RegistryConfig,
+    fetch_schema,
+    schema_id_of,
+)
+
 
 def json_key_fields(key: bytes | None) -> tuple[str, ...] | None:
     """The columns of a JSON message key (either JsonConverter form), or None when it is not an object."""
@@ -32,6 +40,29 @@ def json_key_fields(key: bytes | None) -> tuple[str, ...] | None:
             return tuple(str(name) for name in names)
         return tuple(payload) if isinstance(payload, Mapping) and payload else None
     return tuple(parsed) if parsed else None
+
+
+def registry_key_fields(
+    key: bytes | None, registry: RegistryConfig, schema_type: str, prefix: str
+) -> tuple[str, ...] | None:
+    """The fields of a message key in Confluent's wire format, from its schema in the registry: an
+    Avro record's fields, or a JSON Schema object's properties (in ``connect.index`` order, as Kafka
+    Connect's JsonSchemaConverter numbers them). None when the key is not framed or there is no registry."""
+    if not registry or not key or len(key) < HEADER_SIZE or key[0] != MAGIC_BYTE:
+        return None
+    schema_id = schema_id_of(key, "key converter", "another key converter")
+    parsed = orjson.loads(fetch_schema(registry, schema_id, schema_type, prefix))
+    if schema_type == "AVRO":
+        fields = parsed.get("fields") if isinstance(parsed, dict) and parsed.get("type") == "record" else None
+        names = [f.get("name") for f in fields if isinstance(f, Mapping)] if isinstance(fields, list) else []
+    else:
+        properties = parsed.get("properties") if isinstance(parsed, dict) else None
+        items = list(properties.items()) if isinstance(properties, Mapping) else []
+        ranks = [
+            (s.get("connect.index", i) if isinstance(s, Mapping) else i, n) for i, (n, s) in enumerate(items)
+        ]
+        names = [name for _, name in sorted(ranks)]
+    return tuple(str(n) for n in names) if names and all(isinstance(n, str) for n in names) else None
 
 
 def listed_columns(value: bytes | None, field: str) -> tuple[str, ...] | None:

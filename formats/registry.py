@@ -63,10 +63,12 @@ class FormatFactory(ABC):
     ) -> Encoder:
         """Validate the options and build an encoder for rows of ``schema``."""
 
-    def primary_key(self, key: bytes | None, value: bytes | None) -> tuple[str, ...] | None:
+    def primary_key(
+        self, key: bytes | None, value: bytes | None, options: Mapping[str, str] | None = None
+    ) -> tuple[str, ...] | None:
         """The primary-key columns one message names (its Kafka key's fields, or the list its envelope
         carries: :mod:`cdcflow.formats.primary_keys`), or None when it names none: then the user names
-        them (``--key``)."""
+        them (``--key``). ``options``: the format's (a registry format's key schema is in its registry)."""
         return None
 
     def source_table(self, value: bytes | None) -> SourceTable | None:

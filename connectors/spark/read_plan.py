@@ -183,7 +183,7 @@ def plan_read(
         handoff_path=handoff,
         changelog=changelog,
         inferred_columns=inferred,
-        primary_key=_primary_key(factory, sample) if primary_key else None,
+        primary_key=_primary_key(factory, sample, format_options) if primary_key else None,
         source_tables=_source_tables(factory, sample) if tables else (),
         sampled_topic=next((m.topic for m in sample.messages()), None) if tables else None,
         sampled=len(sample.messages()) if tables else 0,
@@ -400,12 +400,14 @@ def _infer(decoder: Decoder, sample: _Sample) -> Schema:
     )
 
 
-def _primary_key(factory: FormatFactory, sample: _Sample) -> tuple[str, ...] | None:
+def _primary_key(
+    factory: FormatFactory, sample: _Sample, format_options: Mapping[str, str]
+) -> tuple[str, ...] | None:
     """The primary key the first messages name, or None; two messages naming different keys (several
     tables in one input) are an error."""
     found: tuple[str, ...] | None = None
     for message in sample.messages():
-        named = factory.primary_key(message.key, message.value)
+        named = factory.primary_key(message.key, message.value, format_options)
         if named is None or named == found:
             continue
         if found is not None:

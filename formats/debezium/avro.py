@@ -71,6 +71,7 @@ from cdcflow.formats.errors import (
 from cdcflow.formats.json_decode import RowConverter
 from cdcflow.formats.json_encode import IGNORE_PARSE_ERRORS
 from cdcflow.formats.options import Option, OptionSet, optional_string
+from cdcflow.formats.primary_keys import registry_key_fields
 from cdcflow.formats.redact import redact, redacted_repr
 from cdcflow.formats.registry import FormatFactory
 from cdcflow.formats.types import Schema
@@ -409,6 +410,12 @@ class DebeziumAvroFormat(FormatFactory):
     encoder_takes_topic = True
     options = OPTIONS
     metadata_columns = METADATA
+
+    def primary_key(
+        self, key: bytes | None, value: bytes | None, options: Mapping[str, str] | None = None
+    ) -> tuple[str, ...] | None:
+        registry = registry_config(OPTIONS.parse(options or {}), NAME)
+        return registry_key_fields(key, registry, "AVRO", NAME)
 
     def create_decoder(
         self, options: Mapping[str, str], schema: Schema | None = None, metadata: Sequence[str] = ()

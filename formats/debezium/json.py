@@ -384,7 +384,9 @@ class DebeziumJsonFormat(FormatFactory):
     ) -> DebeziumJsonDecoder:
         return DebeziumJsonDecoder(DebeziumJsonConfig.from_options(options, schema, metadata))
 
-    def primary_key(self, key: bytes | None, value: bytes | None) -> tuple[str, ...] | None:
+    def primary_key(
+        self, key: bytes | None, value: bytes | None, options: Mapping[str, str] | None = None
+    ) -> tuple[str, ...] | None:
         return json_key_fields(key)
 
     def source_table(self, value: bytes | None) -> SourceTable | None:

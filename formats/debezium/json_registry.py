@@ -29,6 +29,7 @@ from cdcflow.formats.confluent.client import (
     MAGIC_BYTE,
     fetch_schema,
     registry_client,
+    registry_config,
     schema_id_of,
 )
 from cdcflow.formats.confluent.registry_needs import require_subject, require_writer_schemas
@@ -39,6 +40,7 @@ from cdcflow.formats.debezium.json_registry_encoder import DebeziumJsonRegistryE
 from cdcflow.formats.debezium.json_registry_writer import WriterSchema, parse_writer
 from cdcflow.formats.errors import FieldError, MissingDependencyError, SchemaError, excerpt
 from cdcflow.formats.lru import SCHEMA_CACHE_SIZE, LruCache
+from cdcflow.formats.primary_keys import json_key_fields, registry_key_fields
 from cdcflow.formats.registry import FormatFactory
 from cdcflow.formats.types import Schema
 
@@ -206,6 +208,12 @@ class DebeziumJsonRegistryFormat(FormatFactory):
     encoder_takes_topic = True
     options = OPTIONS
     metadata_columns = METADATA
+
+    def primary_key(
+        self, key: bytes | None, value: bytes | None, options: Mapping[str, str] | None = None
+    ) -> tuple[str, ...] | None:
+        registry = registry_config(OPTIONS.parse(options or {}), NAME)
+        return registry_key_fields(key, registry, "JSON", NAME) or json_key_fields(key)
 
     def create_decoder(
         self, options: Mapping[str, str], schema: Schema | None = None, metadata: Sequence[str] = ()

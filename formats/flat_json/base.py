@@ -372,7 +372,9 @@ class FlatJsonFormat(FormatFactory):
     table_fields: ClassVar[tuple[str | None, str]]
     """The envelope fields naming the database (None: none) and the table of the change."""
 
-    def primary_key(self, key: bytes | None, value: bytes | None) -> tuple[str, ...] | None:
+    def primary_key(
+        self, key: bytes | None, value: bytes | None, options: Mapping[str, str] | None = None
+    ) -> tuple[str, ...] | None:
         return listed_columns(value, self.key_list)
 
     def source_table(self, value: bytes | None) -> SourceTable | None:

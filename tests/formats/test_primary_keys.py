@@ -87,8 +87,46 @@ def test_a_message_that_lists_no_key_columns_names_none() -> None:
     assert maxwell.primary_key(None, b'{"type": "insert", "primary_key_columns": []}') is None
 
 
-@pytest.mark.parametrize(
-    "name", ["generic", "upsert-kafka", "debezium-avro-confluent", "debezium-json-registry"]
-)
+@pytest.mark.parametrize("name", ["generic", "upsert-kafka"])
 def test_formats_that_declare_no_key_source_name_none(name: str) -> None:
     assert resolve_format(name).primary_key(b'{"id": 1}', b'{"pkNames": ["id"]}') is None
+
+
+def test_registry_formats_take_the_key_columns_from_the_key_schema_in_the_registry() -> None:
+    """Debezium with AvroConverter / JsonSchemaConverter keys: the key is framed (magic byte, schema
+    id) and its schema, in the registry, lists the key columns (a composite key here, in key order)."""
+    from confluent_kafka.schema_registry import Schema as RegistrySchema
+
+    from cdcflow.formats.confluent.client import header_bytes, registry_client
+
+    url = "mock://primary-keys"
+    client = registry_client((("url", url),))
+    avro_key = {
+        "type": "record",
+        "name": "Key",
+        "namespace": "dbserver1.inventory.order_lines",
+        "fields": [{"name": "order_id", "type": "long"}, {"name": "line_no", "type": "int"}],
+    }
+    json_key = {
+        "type": "object",
+        "title": "dbserver1.inventory.order_lines.Key",
+        "properties": {
+            "line_no": {"type": "integer", "connect.index": 1, "connect.type": "int32"},
+            "order_id": {"type": "integer", "connect.index": 0, "connect.type": "int64"},
+        },
+    }
+    avro_id = client.register_schema("order_lines-key", RegistrySchema(json.dumps(avro_key), "AVRO"))
+    json_id = client.register_schema("order_lines-json-key", RegistrySchema(json.dumps(json_key), "JSON"))
+    avro = resolve_format("debezium-avro-confluent")
+    registry = resolve_format("debezium-json-registry")
+    body = b"\x02\x08"  # the Avro body is not read: the key schema names the columns
+    assert avro.primary_key(header_bytes(avro_id) + body, None, {"url": url}) == ("order_id", "line_no")
+    framed_json = header_bytes(json_id) + b'{"order_id": 1, "line_no": 4}'
+    assert registry.primary_key(framed_json, None, {"url": url}) == ("order_id", "line_no")
+    # a plain JSON key (JsonConverter for keys, the registry for values), no key, no registry
+    assert registry.primary_key(b'{"order_id": 1, "line_no": 4}', None, {"url": url}) == (
+        "order_id",
+        "line_no",
+    )
+    assert avro.primary_key(None, None, {"url": url}) is None
+    assert avro.primary_key(header_bytes(avro_id) + body, None, {}) is None

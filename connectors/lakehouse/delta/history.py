@@ -32,11 +32,13 @@ from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
 
 from cdcflow.connectors.errors import ChangelogConsistencyError, ConnectorOptionError
 from cdcflow.connectors.lakehouse.delta.merge import OP, Merge
+from cdcflow.connectors.lakehouse.delta.storage import LOCAL, Storage
 from cdcflow.connectors.lakehouse.delta.tables import (
     applied_version,
     merge_marked,
     open_table,
     rows_of_keys,
+    table_filesystem,
     to_delta_columns,
 )
 from cdcflow.core import CdcflowError, Change, RowKind, Version, versions_of
@@ -76,6 +78,7 @@ class DeltaHistoryWriter:
         valid_from: str = "valid_from",
         valid_to: str = "valid_to",
         keep_time: bool = True,
+        storage: Storage = LOCAL,
     ) -> None:
         """``keep_time=False``: the ``time`` column orders the changes but is no column of the table
         (``valid_from`` holds it)."""
@@ -98,10 +101,12 @@ class DeltaHistoryWriter:
         self.valid_from = valid_from
         self.valid_to = valid_to
         self.keep_time = keep_time
+        self.storage = storage
+        """Where the table lives: local, or an object store's options (:mod:`.storage`)."""
 
     def applied_batch(self) -> int:
         """The last batch id committed to the table (-1 when none)."""
-        return applied_version(open_table(self.target), self.app_id)
+        return applied_version(open_table(self.target, self.storage), self.app_id)
 
     def apply(
         self,
@@ -117,7 +122,7 @@ class DeltaHistoryWriter:
         set on stored versions, by ``(key, valid_from)``. ``metadata``: the commit's custom metadata."""
         if isinstance(batch, pa.RecordBatch):
             batch = pa.Table.from_batches([batch])
-        table = open_table(self.target)
+        table = open_table(self.target, self.storage)
         if table is not None and applied_version(table, self.app_id) >= batch_id:
             log.info("batch %d already in %s (app %s): skipped", batch_id, self.target, self.app_id)
             return HistoryResult(batch_id, skipped=True, table_version=table.version())
@@ -147,7 +152,13 @@ class DeltaHistoryWriter:
             custom_metadata=dict(metadata) if metadata else None,
         )
         if table is None:
-            write_deltalake(self.target, source.drop_columns([OP]), mode="error", commit_properties=commit)
+            write_deltalake(
+                self.target,
+                source.drop_columns([OP]),
+                mode="error",
+                commit_properties=commit,
+                storage_options=self.storage.table_options(),
+            )
         elif source.num_rows == 0:
             # A merge without source rows commits nothing: record the batch id with an empty append.
             write_deltalake(table, source.drop_columns([OP]), mode="append", commit_properties=commit)
@@ -162,7 +173,7 @@ class DeltaHistoryWriter:
             versions_inserted=inserted,
             versions_updated=len(upserts) - inserted,
             versions_deleted=len(gone),
-            table_version=DeltaTable(self.target).version(),
+            table_version=DeltaTable(self.target, storage_options=self.storage.table_options()).version(),
         )
         if result.late:
             log.info("batch %d: %d late changes rewrote the history of their keys", batch_id, result.late)
@@ -200,7 +211,7 @@ class DeltaHistoryWriter:
         return data, changes
 
     def _open_keys(self, table: DeltaTable) -> set[tuple[Any, ...]]:
-        rows = table.to_pyarrow_dataset().to_table(
+        rows = table.to_pyarrow_dataset(filesystem=table_filesystem(self.target, self.storage)).to_table(
             filter=pc.field(self.valid_to).is_null(), columns=list(self.key)
         )
         return {tuple(row[k] for k in self.key) for row in rows.to_pylist()}
@@ -234,7 +245,9 @@ class DeltaHistoryWriter:
             }
         )
         versions = []
-        for index, row in enumerate(rows_of_keys(table, self.target, self.key, wanted).to_pylist()):
+        for index, row in enumerate(
+            rows_of_keys(table, self.target, self.key, wanted, storage=self.storage).to_pylist()
+        ):
             key = key_tuple(row, self.key, index)
             valid_from, valid_to = row.pop(self.valid_from), row.pop(self.valid_to)
             row.setdefault(self.time, valid_from)

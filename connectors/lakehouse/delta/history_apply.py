@@ -86,6 +86,7 @@ class HistoryApplier:
             valid_from=START_AT,
             valid_to=END_AT,
             keep_time=time_column not in options.exclude,
+            storage=storage,
         )
 
     def done(self, batch_id: int) -> bool:

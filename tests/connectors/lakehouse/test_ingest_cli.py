@@ -31,27 +31,43 @@ def table_rows(target: Path) -> list[dict[str, object]]:
 def test_ingest_reads_the_registry_format_that_stream_offers(
     spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Keys as Kafka Connect's JsonSchemaConverter writes them: framed, their schema in the registry;
+    the job takes the key column from it (no --key)."""
     topic = "cdcflow.inventory.cdc_small"
     dump = tmp_path / "cdc_small.dump.jsonl"
     bodies = recorded("cdc_small")
+
+    def key(body: bytes) -> bytes | None:
+        envelope = json.loads(body)
+        row = envelope.get("after") or envelope.get("before")
+        return framed(18, json.dumps({"id": row["id"]}).encode()) if row else None  # TRUNCATE: none
+
     write_dump(
         dump,
         [
-            Message(framed(17, body), topic=topic, partition=0, offset=offset, timestamp_ms=0)
+            Message(framed(17, body), key=key(body), topic=topic, partition=0, offset=offset, timestamp_ms=0)
             for offset, body in enumerate(bodies)
         ],
     )
     handler = RegistryHandler.fresh()
     handler.schemas[17] = (SMALL_SCHEMA, "JSON")
+    key_schema = {
+        "type": "object",
+        "title": "cdcflow.inventory.cdc_small.Key",
+        "properties": {"id": {"type": "integer", "connect.index": 0, "connect.type": "int32"}},
+    }
+    handler.schemas[18] = (json.dumps(key_schema), "JSON")
     target = tmp_path / "table"
     with serving(handler) as port:
         code = main(
             ["ingest", "--format", "debezium-json-registry", "--path", str(dump)]
-            + ["--option", f"url=http://127.0.0.1:{port}", "--key", "id"]
+            + ["--option", f"url=http://127.0.0.1:{port}"]
             + ["--target", str(target), "--checkpoint", str(tmp_path / "checkpoint")]
         )
     err = capsys.readouterr().err
     assert code == 0, err
+    assert "cdcflow ingest: primary key (id), named by the messages" in err
+    assert any(request.startswith("GET /schemas/ids/18") for request in handler.requests), handler.requests
     # recorded: a snapshot row (id 1), an insert (id 2), TRUNCATE, an insert (id 99)
     assert table_rows(target) == [{"id": 99, "label": "end"}]
     assert "1 truncate(s)" in err.splitlines()[-1] and f"{len(bodies)} messages read" in err.splitlines()[-1]

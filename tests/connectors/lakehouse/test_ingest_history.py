@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from backends import Lake, lake
 from deltalake import DeltaTable
 from test_postgres_workload import (
     PG_TYPES,
@@ -44,8 +45,8 @@ def as_kafka_reads(dump: Path, into: Path) -> Path:
     return into
 
 
-def history_rows(target: Path) -> list[dict[str, Any]]:
-    rows = DeltaTable(str(target)).to_pyarrow_table().to_pylist()
+def history_rows(table: DeltaTable) -> list[dict[str, Any]]:
+    rows = table.to_pyarrow_table().to_pylist()
     for row in rows:
         if row["seen_at"] is not None:
             row["seen_at"] = row["seen_at"].astimezone(UTC)
@@ -65,15 +66,16 @@ def ms(at: datetime) -> int:
     return round(at.timestamp() * 1000)
 
 
-def scd2(dump: Path, tmp_path: Path, options: dict[str, str]) -> IngestConfig:
+def scd2(dump: Path, place: Lake, options: dict[str, str]) -> IngestConfig:
     return IngestConfig(
         format="debezium-json",
         key=(),
-        target=str(tmp_path / "history"),
-        checkpoint=str(tmp_path / "checkpoint"),
+        target=place.path("history"),
+        checkpoint=place.path("checkpoint", "s3a"),
         path=str(dump),
         options=options,
         mode="scd2",
+        storage_options=place.storage_options,
     )
 
 
@@ -91,13 +93,14 @@ def test_history_of_the_recorded_workload_read_as_kafka_reads_it(
     lines = full.splitlines(keepends=True)
     dump.write_text("".join(lines[: len(lines) // 2]), encoding="utf-8")
     options = ingest_options(dump, batches=3)
-    first = ingest(scd2(dump, tmp_path, options), spark=spark)
+    place = Lake(tmp_path)
+    first = ingest(scd2(dump, place, options), spark=spark)
     dump.write_text(full, encoding="utf-8")
-    second = ingest(scd2(dump, tmp_path, options), spark=spark)
+    second = ingest(scd2(dump, place, options), spark=spark)
     assert first.batches >= 2 and second.batches >= 2, (first, second)
     assert first.progress.totals.unavailable_unfilled == second.progress.totals.unavailable_unfilled == 0
 
-    rows = history_rows(tmp_path / "history")
+    rows = history_rows(place.table("history"))
     want = postgres_rows(expected, TABLE)
     assert current(rows) == want, differences(TABLE, want, current(rows))
 
@@ -168,16 +171,20 @@ def assert_versions_follow_the_recording(
     assert checked > 1000
 
 
-def test_history_read_partition_after_partition_is_never_wrong(
+def test_history_read_partition_after_partition_on_s3_is_never_wrong(
     spark: SparkSession,
     tmp_path: Path,
     expected: dict[str, Any],  # noqa: F811 - the fixture
+    request: pytest.FixtureRequest,
 ) -> None:
-    """The dump as it is stored: claims patch most primary-key changes' values; those a chain of key
-    changes still waits for stay NULL and are counted; no value is another row's."""
+    """The dump as it is stored, the history and the checkpoint on the S3 test server: claims patch
+    most primary-key changes' values; those a chain of key changes still waits for stay NULL and are
+    counted; no value is another row's."""
     dump = unpack(TABLE, tmp_path)
-    summary = ingest(scd2(dump, tmp_path, ingest_options(dump)), spark=spark)
-    got, want = current(history_rows(tmp_path / "history")), postgres_rows(expected, TABLE)
+    place = lake("s3", tmp_path / "lake", request)
+    summary = ingest(scd2(dump, place, ingest_options(dump)), spark=spark)
+    assert place.bucket is not None and place.bucket.keys("history/_delta_log/")
+    got, want = current(history_rows(place.table("history"))), postgres_rows(expected, TABLE)
     assert set(got) == set(want)
     wrong = [k for k in want if got[k] != want[k] and got[k] != {**want[k], "body": None}]
     assert not wrong, differences(TABLE, {k: want[k] for k in wrong}, {k: got[k] for k in wrong})
