@@ -143,6 +143,8 @@ class DebeziumJsonDecoder(Decoder):
             )
         #: Per value schema: its row converter and the output columns (which ``schema`` then is).
         self._by_connect_schema: LruCache[bytes, tuple[RowConverter, Schema]] = LruCache(SCHEMA_CACHE_SIZE)
+        #: Schema blocks seen, as the bytes they open their messages with (most recent first).
+        self._blocks: list[_Block] = []
         self._builder = ChangeBuilder(
             config.mode, config.unavailable, config.key_columns, NAME, config.metadata
         )
@@ -154,8 +156,37 @@ class DebeziumJsonDecoder(Decoder):
         return type(self)(replace(self.config, fail_on_new_columns=True))
 
     def decode_message(self, message: Message, metrics: FormatMetrics) -> Decoded:
-        assert message.value is not None  # noqa: S101 - the base class skips tombstones
-        return self._decode(parse_json(message.value), message, metrics)
+        value = message.value
+        assert value is not None  # noqa: S101 - the base class skips tombstones
+        if not self.config.schema_include:
+            return self._decode(parse_json(value), message, metrics)
+        for block in self._blocks:
+            if value.startswith(block.head) and value.endswith(b"}"):
+                try:  # the payload alone: the schema block is the one this head was read from
+                    payload = parse_json(value[len(block.head) : -1])
+                except ValueError:  # not JSON: the whole message is parsed for the error
+                    break
+                if not isinstance(payload, dict):
+                    break
+                return self._decode_payload(payload, block.schema, message, metrics)
+        envelope = parse_json(value)
+        decoded = self._decode(envelope, message, metrics)
+        self._remember(value, envelope)
+        return decoded
+
+    def _remember(self, value: bytes, envelope: Any) -> None:
+        """Keep the bytes ``value``'s schema block opens it with, when Kafka Connect's JsonConverter
+        wrote it (compact, ``schema`` first): messages opening with them have that block."""
+        schema = envelope.get("schema") if isinstance(envelope, dict) else None
+        if not isinstance(schema, dict):
+            return
+        try:
+            head = b'{"schema":' + orjson.dumps(schema) + b',"payload":'
+        except orjson.JSONEncodeError:
+            return
+        if value.startswith(head):
+            self._blocks.insert(0, _Block(head, schema))
+            del self._blocks[SCHEMA_BLOCKS:]
 
     def decode_envelope(self, envelope: Any, message: Message, metrics: FormatMetrics) -> Decoded:
         """An envelope another format has parsed (``{schema, payload}`` under ``schema-include``):
@@ -168,6 +199,11 @@ class DebeziumJsonDecoder(Decoder):
         payload, schema_block = connect_payload(
             envelope, schema_include=self.config.schema_include, format_name=NAME, marker="op"
         )
+        return self._decode_payload(payload, schema_block, message, metrics)
+
+    def _decode_payload(
+        self, payload: dict[str, Any], schema_block: Any, message: Message, metrics: FormatMetrics
+    ) -> Decoded:
         op = payload.get("op")
         if isinstance(op, str) and op in CONTROL_OPS:  # op may be any JSON value
             return ControlEvent(
@@ -295,6 +331,18 @@ def _connect_row(schema: Schema) -> RowWriter:
 def _dumps(payload: dict[str, Any], schema: dict[str, Any] | None) -> bytes:
     """The payload, inside ``{schema, payload}`` when there is a schema block."""
     return orjson.dumps(payload if schema is None else {"schema": schema, "payload": payload})
+
+
+SCHEMA_BLOCKS = 8
+"""Schema blocks whose opening bytes a decoder compares each message with (a topic has one per schema
+version; a table's history a few)."""
+
+
+@dataclass(frozen=True)
+class _Block:
+    head: bytes
+    """``{"schema":<the block>,"payload":``, as the messages start."""
+    schema: dict[str, Any]
 
 
 class DebeziumJsonEncoder(EnvelopeEncoder):

@@ -79,6 +79,15 @@ class Job:
             kill_ingest(self.process)
 
 
+def restart_through(job: Job, threads: list[tuple[threading.Thread, list[BaseException]]]) -> None:
+    """SIGKILL the job and start it again while ``threads`` change the database; wait for them."""
+    job.kill()
+    job.start()
+    for thread, errors in threads:
+        thread.join()
+        assert not errors, errors
+
+
 def test_one_job_lands_every_table_through_new_tables_schema_changes_and_kills(
     postgres: PostgresServer, connect_worker: ConnectWorker, stack_bootstrap: str, tmp_path: Path
 ) -> None:
@@ -126,11 +135,7 @@ def test_one_job_lands_every_table_through_new_tables_schema_changes_and_kills(
             in_background(lambda: run_dml(postgres, db, others, 60)),
         ]
         time.sleep(3)
-        job.kill()
-        job.start()
-        for thread, errors in threads:
-            thread.join()
-            assert not errors, errors
+        restart_through(job, threads)
         wait_all_equal(postgres, db, lake, tables, job.running, job.log)
 
         # While the job runs: a new table, picked up by it; then a new column and a widened one, landed by
@@ -155,11 +160,7 @@ def test_one_job_lands_every_table_through_new_tables_schema_changes_and_kills(
         picked.set()
         wait_until(lambda: widened(lake / "stock") and "unit" in delta_schema(lake / "readings").names, job)
         assert job.starts == 2
-        job.kill()
-        job.start()
-        for thread, errors in threads:
-            thread.join()
-            assert not errors, errors
+        restart_through(job, threads)
         wait_all_equal(postgres, db, lake, tables, job.running, job.log)
 
         assert sorted(p.name for p in lake.iterdir()) == sorted(tables)
