@@ -242,8 +242,9 @@ class _FrameDecoder(BatchDecoder):
 
     def _decode_records(self, block: pa.RecordBatch) -> pa.RecordBatch | None:
         columnar = self._columnar
-        if columnar is not None and not (columnar.keyed_state and _has_keys(block)):
-            result = columnar.decode_array(block.column("value"), headers=_headers(block, columnar))
+        if columnar is not None:
+            keys = block.column("key") if columnar.keyed_state and _has_keys(block) else None
+            result = columnar.decode_array(block.column("value"), keys, _headers(block, columnar))
             if result is not None:
                 self._count_columnar(result, messages=block.num_rows)
                 columns = self._data_columns(result.rows)

@@ -44,6 +44,7 @@ from cdcflow.formats.debezium.arrow_columns import (
     unavailable_lists,
     validity,
 )
+from cdcflow.formats.debezium.arrow_fill import Images, StateKey, fill_from_keys, state_keys
 from cdcflow.formats.debezium.envelope import (
     KEY_HEADERS,
     DebeziumMode,
@@ -108,6 +109,9 @@ class ColumnarDecoder:
         """A placeholder (unchanged TOAST) is NULL and listed in ``unavailable-columns``, unless the
         event's before image has the value."""
         self.key_columns = key_columns
+        self.fill_state: Images | None = None
+        """The per-record decoder's filling state, shared (``keyed_state``): set by :meth:`for_decoder`;
+        without it a block with keys goes through the per-record decoder."""
         self._output = pa.schema([*physical, pa.field(row_kind_column, pa.string(), nullable=False)])
         self._metadata_types = [f.type for f in physical][len(columns) :]
         self._placeholder_checked = [reports and plan.kind is TypeKind.STRING for plan in columns]
@@ -171,7 +175,7 @@ class ColumnarDecoder:
         ]
         if any(plan is None for plan in plans):
             return None
-        return cls(
+        columnar = cls(
             tuple(plan for plan in plans if plan is not None),
             physical,
             row_kind_column,
@@ -181,6 +185,8 @@ class ColumnarDecoder:
             reports=reports,
             key_columns=tuple(config.key_columns),
         )
+        columnar.fill_state = decoder.fill_state
+        return columnar
 
     def decode(
         self,
@@ -196,40 +202,60 @@ class ColumnarDecoder:
         with keys goes through it to keep that state whole.
         """
         if self.keyed_state and keys is not None and any(key is not None for key in keys):
-            return None
+            return self._decode(Block.of_values(values), headers, keys)
         return self._decode(Block.of_values(values), headers)
 
     def decode_array(
         self, values: pa.Array, keys: pa.Array | None = None, headers: Sequence[Headers] | None = None
     ) -> ColumnarBatch | None:
         """:meth:`decode` of message values and keys as Arrow arrays (binary, null for a tombstone)."""
-        if self.keyed_state and keys is not None and keys.null_count < len(keys):
-            return None
+        keyed = (
+            keys.to_pylist()
+            if self.keyed_state and keys is not None and keys.null_count < len(keys)
+            else None
+        )
         if not (pa.types.is_binary(values.type) or pa.types.is_large_binary(values.type)):
-            return self._decode(Block.of_values(values.to_pylist()), headers)
-        return self._decode(Block.of_array(values), headers)
+            return self._decode(Block.of_values(values.to_pylist()), headers, keyed)
+        return self._decode(Block.of_array(values), headers, keyed)
 
     def decode_lines(self, block: bytes) -> ColumnarBatch | None:
         """:meth:`decode` of the lines of ``block`` (a chunk of a file of messages, one per line, as the
         file reader splits it: no line break, blank lines skipped); ``message_index`` counts lines."""
         return self._decode(Block.of_lines(block))
 
-    def _decode(self, block: Block | None, headers: Sequence[Headers] | None = None) -> ColumnarBatch | None:
+    def _decode(
+        self,
+        block: Block | None,
+        headers: Sequence[Headers] | None = None,
+        keys: Sequence[bytes | None] | None = None,
+    ) -> ColumnarBatch | None:
         if block is None or not block.is_strict_json():
             return None
+        found: list[StateKey] | None = None
+        if keys is not None:
+            if self.fill_state is None:
+                return None
+            found = state_keys([keys[int(i)] for i in block.positions])
+            if found is None:
+                return None
         if len(block.positions) == 0:
             return ColumnarBatch(_empty(self._output), pa.array([], pa.int64()), 0, len(block.offsets) - 1)
         if headers is not None:
             headers = [headers[int(i)] for i in block.positions]
         if self._postgres:
             try:
-                return self._parsed(block, headers, postgres=True)
+                return self._parsed(block, headers, found, postgres=True)
             except PositionFieldsNeeded:
                 self._postgres = False  # this source has other connectors' positions: parse them all
-        return self._parsed(block, headers, postgres=False)
+        return self._parsed(block, headers, found, postgres=False)
 
     def _parsed(
-        self, block: Block, headers: Sequence[Headers] | None, *, postgres: bool
+        self,
+        block: Block,
+        headers: Sequence[Headers] | None,
+        keys: Sequence[StateKey] | None,
+        *,
+        postgres: bool,
     ) -> ColumnarBatch | None:
         try:
             table = pa_json.read_json(
@@ -241,7 +267,7 @@ class ColumnarDecoder:
             return None
         if table.num_rows != len(block.positions):
             return None  # some value held more than one JSON document
-        return self._changelog(table.combine_chunks().to_batches()[0], block, headers, postgres)
+        return self._changelog(table.combine_chunks().to_batches()[0], block, headers, postgres, keys)
 
     def _changelog(
         self,
@@ -249,6 +275,7 @@ class ColumnarDecoder:
         block: Block,
         headers: Sequence[Headers] | None,
         postgres: bool,
+        keys: Sequence[StateKey] | None = None,
     ) -> ColumnarBatch | None:
         codes_array = pc.index_in(parsed.column(0), value_set=_OPS)
         if codes_array.null_count:
@@ -264,19 +291,33 @@ class ColumnarDecoder:
         has_before = validity(before)
         missing = np.zeros((len(codes), len(self.columns)), dtype=np.bool_)
         filled = 0
-        arrays = []
+        checks = [
+            checked or (keys is not None and plan.kind is TypeKind.STRING)
+            for checked, plan in zip(self._placeholder_checked, self.columns, strict=True)
+        ]
+        afters, befores = [], []
         for index, plan in enumerate(self.columns):
-            checked = self._placeholder_checked[index]
+            checked = checks[index]
             images = [_column(image, index, plan, placeholders=checked) for image in (after, before)]
             if images[0] is None or images[1] is None:
                 return None
             if checked:
+                if not plan.nullable and not self.reports and any(_is_placeholder(i).any() for i in images):
+                    return None  # the per-record path refuses a NULL for it in a NOT NULL column
                 unsent = self._unsent(images[0], images[1], has_before, plan.name)
                 if unsent is None:
                     return None
                 images[0], images[1], missing[:, index], column_filled = unsent
                 filled += column_filled
-            arrays.append(pa.concat_arrays(images).take(take))
+            afters.append(images[0])
+            befores.append(images[1])
+        commit = None
+        if keys is not None and self.fill_state is not None:
+            names = [plan.name for plan in self.columns]
+            keyed = fill_from_keys(self.fill_state, codes == _DELETE, keys, afters, missing, names, checks)
+            afters, missing, commit = keyed.afters, keyed.missing, keyed.commit
+            filled += keyed.filled
+        arrays = [pa.concat_arrays([a, b]).take(take) for a, b in zip(afters, befores, strict=True)]
         if self.metadata:
             names = [plan.name for plan in self.columns]
             unavailable = (
@@ -291,6 +332,8 @@ class ColumnarDecoder:
             arrays.extend(column.take(at) for column in extra)
         arrays.append(_KINDS.take(pa.array(kinds)))
         rows = pa.RecordBatch.from_arrays(arrays, schema=self._output)
+        if commit is not None:
+            commit()
         return ColumnarBatch(
             rows,
             pa.array(block.positions[message]),

@@ -321,6 +321,11 @@ class ChangeBuilder:
             LruCache(FILL_STATE_KEYS) if unavailable is UnavailableHandling.FILL else None
         )
 
+    @property
+    def images(self) -> LruCache[Hashable, Row] | None:
+        """Each key's last after image, to fill unchanged TOAST values from (``unavailable-values=fill``)."""
+        return self._images
+
     def changes(
         self,
         op: str,
@@ -414,8 +419,12 @@ class ChangeBuilder:
             return None
         if self.key_columns:
             return tuple(_hashable(row.get(c)) for c in self.key_columns) if row is not None else None
-        fields = key_fields(message)
-        return tuple((k, _hashable(v)) for k, v in fields.items()) if fields else None
+        return fields_key(key_fields(message))
+
+
+def fields_key(fields: Mapping[str, Any] | None) -> Hashable | None:
+    """The filling state's key of a Kafka key's fields (None: there are none)."""
+    return tuple((k, _hashable(v)) for k, v in fields.items()) if fields else None
 
 
 def image(rows: RowConverter, value: Any, field: str, shape: str = "a JSON object") -> Row | None:

@@ -7,7 +7,7 @@ is written back as ONE ``u`` event with ``before`` and ``after`` (Flink writes a
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -151,6 +151,11 @@ class DebeziumJsonDecoder(Decoder):
 
     def __reduce__(self) -> tuple[Callable[..., DebeziumJsonDecoder], tuple[DebeziumJsonConfig]]:
         return type(self), (self.config,)
+
+    @property
+    def fill_state(self) -> LruCache[Hashable, dict[str, Any]] | None:
+        """Each Kafka key's last after image (``unavailable-values=fill``), which the columnar path shares."""
+        return self._builder.images
 
     def failing_on_new_columns(self) -> DebeziumJsonDecoder:
         return type(self)(replace(self.config, fail_on_new_columns=True))
@@ -304,8 +309,13 @@ def _key_payload(message: Message) -> dict[str, Any] | None:
 
 
 def _state_key_fields(message: Message) -> dict[str, Any] | None:
+    return state_key_fields(message.key)
+
+
+def state_key_fields(key: bytes | None) -> dict[str, Any] | None:
+    """The Kafka key's fields, which index the filling state (None: no key, or not a JSON object)."""
     try:
-        return _key_payload(message)
+        return _key_payload(Message(None, key=key))
     except FieldError:
         return None  # a key that is not JSON cannot index the filling state
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import pickle
+import random
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -60,6 +61,13 @@ class PerRecord:
     message_index: list[int]
 
 
+@dataclass
+class Keyed:
+    rows: list[tuple[Any, ...]]
+    filled: int
+    unfilled: int
+
+
 class Pair:
     """The columnar decoder of one configuration, and fresh per-record decoders of the same one."""
 
@@ -71,7 +79,9 @@ class Pair:
         self.metadata = tuple(metadata)
         output = self.record_decoder().schema
         self.physical = arrow_schema(struct_type(output))
-        columnar = ColumnarDecoder.for_decoder(self.record_decoder(), self.physical)
+        self.shared = self.record_decoder()
+        """The per-record decoder whose filling state the columnar one shares."""
+        columnar = ColumnarDecoder.for_decoder(self.shared, self.physical)
         assert columnar is not None
         self.columnar = columnar
         target = pa.schema([*self.physical, pa.field("_row_kind", pa.string())])
@@ -79,6 +89,18 @@ class Pair:
 
     def record_decoder(self) -> Decoder:
         return resolve_format("debezium-json").create_decoder(self.options, self.schema, self.metadata)
+
+    def per_record_keyed(
+        self, stream: Sequence[tuple[bytes | None, bytes | None]], decoder: Decoder | None = None
+    ) -> Keyed:
+        """The per-record changelog of keyed messages, by ``decoder`` (a fresh one by default)."""
+        decoder = decoder or self.record_decoder()
+        out = DecodeOutput()
+        for key, value in stream:
+            decoder.decode(Message(value, key=key), out)
+        assert not out.dead_letters
+        rows = _comparable(self._builder.build(out.changes))
+        return Keyed(rows, out.metrics.filled_values, out.metrics.unavailable_values)
 
     def per_record(
         self, values: Sequence[bytes | None], headers: Sequence[Headers] | None = None
@@ -196,14 +218,96 @@ def test_real_postgres_events_decode_as_per_record() -> None:
     assert columnar >= 8
 
 
-def test_keyed_messages_go_per_record_while_state_fills_toast_values() -> None:
-    keyed = _recorded_postgres()["cdc_small"][:1]
-    fill = Pair(POSTGRES_COLUMNS.split(", c_real")[0] + ", label STRING")
-    values, keys = [value for _, value in keyed], [key for key, _ in keyed]
-    assert fill.check(values) is not None
-    assert fill.columnar.decode(values, keys) is None
-    report = Pair(fill.schema, {"unavailable-values": "report"})
-    assert report.columnar.decode(values, keys) is not None
+def keyed_stream(seed: int, messages: int = 400) -> list[tuple[bytes | None, bytes | None]]:
+    """(key, value) of Debezium events over 12 keys: inserts, updates whose after (and at times before)
+    image leaves ``description`` unsent, deletes, re-inserts, tombstones and keyless messages."""
+    rng = random.Random(seed)  # noqa: S311 - test data
+    live: dict[int, dict[str, Any]] = {}
+    stream: list[tuple[bytes | None, bytes | None]] = []
+    unsent = "__debezium_unavailable_value"
+    for n in range(messages):
+        row_id = rng.randint(1, 12)
+        key = None if rng.random() < 0.05 else orjson.dumps({"id": row_id})
+        row = {"id": row_id, "name": f"n{n}", "description": f"d{n}", "weight": float(n)}
+        if row_id not in live or rng.random() < 0.15:
+            after = {**row, "description": unsent} if rng.random() < 0.2 else row
+            value = envelope("c", after=after)
+        elif rng.random() < 0.15:
+            value = envelope("d", before=live.pop(row_id))
+            stream.append((key, value))
+            if rng.random() < 0.5:
+                stream.append((key, None))
+            continue
+        else:
+            before = dict(live[row_id])
+            if rng.random() < 0.3:
+                before["description"] = unsent
+            after = {**row, "description": unsent} if rng.random() < 0.6 else row
+            value = envelope("u", before=before, after=after)
+        live[row_id] = row
+        stream.append((key, value))
+    return stream
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_keyed_messages_fill_toast_values_in_columns_as_the_per_record_state_does(seed: int) -> None:
+    """``unavailable-values=fill`` (the default) with Kafka keys: the columnar path fills placeholders
+    from the key's earlier message in the block or from the per-record decoder's state, which it shares
+    and updates; blocks of any size, in sequence, some through the shared per-record decoder (as a block
+    the columnar path refuses goes), equal the per-record decoder's changelog of the whole stream, on
+    both entry points."""
+    stream = keyed_stream(seed)
+    reference = Pair(PRODUCTS)
+    expected = reference.per_record_keyed(stream)
+    assert expected.filled > 20 and expected.unfilled > 5, (expected.filled, expected.unfilled)
+    rng = random.Random(seed)  # noqa: S311 - block sizes
+    for entry in ("decode", "decode_array"):
+        pair = Pair(PRODUCTS)
+        rows: list[tuple[Any, ...]] = []
+        start, columnar, blocks = 0, 0, 0
+        counts: list[int] = []  # filled, left unavailable: per block
+        while start < len(stream):
+            block = stream[start : start + rng.choice([1, 3, 17, 64])]
+            start, blocks = start + len(block), blocks + 1
+            keys, values = [k for k, _ in block], [v for _, v in block]
+            if rng.random() < 0.15:
+                result = None
+            elif entry == "decode":
+                result = pair.columnar.decode(values, keys)
+            else:
+                binary = pa.binary()
+                result = pair.columnar.decode_array(pa.array(values, binary), pa.array(keys, binary))
+            if result is not None:
+                columnar += 1
+                rows += _comparable(result.rows)
+                counts += [result.filled_values, result.unavailable_values]
+            else:
+                fallback = pair.per_record_keyed(list(zip(keys, values, strict=True)), pair.shared)
+                rows += fallback.rows
+                counts += [fallback.filled, fallback.unfilled]
+        assert rows == expected.rows, entry
+        assert (sum(counts[0::2]), sum(counts[1::2])) == (expected.filled, expected.unfilled), entry
+        assert columnar >= blocks // 2 and blocks >= 5, (entry, columnar, blocks)
+
+
+def test_real_postgres_events_fill_toast_values_in_columns_as_per_record() -> None:
+    recorded = _recorded_postgres()
+    stream = [*recorded["cdc_small"], *recorded["cdc_types"], *recorded["cdc_types_full"]]
+    schema = POSTGRES_COLUMNS + ", label STRING"
+    upsert = {"changelog-mode": "upsert"}  # cdc_small has REPLICA IDENTITY DEFAULT: no before images
+    expected = Pair(schema, upsert).per_record_keyed(stream)
+    assert expected.filled + expected.unfilled > 0
+    pair = Pair(schema, upsert)
+    rows, columnar = [], 0
+    for at in range(0, len(stream), 5):
+        block = stream[at : at + 5]
+        result = pair.columnar.decode([v for _, v in block], [k for k, _ in block])
+        if result is None:
+            rows += pair.per_record_keyed(block, pair.shared).rows
+        else:
+            columnar += 1
+            rows += _comparable(result.rows)
+    assert rows == expected.rows and columnar > 0
 
 
 # ------------------------------------------------------------------------------------ generated blocks
