@@ -21,6 +21,7 @@ from cdcflow.formats.confluent.client import (
     fetch_schema,
     schema_id_of,
 )
+from cdcflow.formats.errors import FieldError
 
 
 def json_key_fields(key: bytes | None) -> tuple[str, ...] | None:
@@ -50,19 +51,25 @@ def registry_key_fields(
     Connect's JsonSchemaConverter numbers them). None when the key is not framed or there is no registry."""
     if not registry or not key or len(key) < HEADER_SIZE or key[0] != MAGIC_BYTE:
         return None
-    schema_id = schema_id_of(key, "key converter", "another key converter")
-    parsed = orjson.loads(fetch_schema(registry, schema_id, schema_type, prefix))
+    try:
+        schema_id = schema_id_of(key, "key converter", "another key converter")
+        parsed = orjson.loads(fetch_schema(registry, schema_id, schema_type, prefix))
+    except FieldError:  # not in the registry, or of the other converter's type: no key named here
+        return None
     if schema_type == "AVRO":
         fields = parsed.get("fields") if isinstance(parsed, dict) and parsed.get("type") == "record" else None
         names = [f.get("name") for f in fields if isinstance(f, Mapping)] if isinstance(fields, list) else []
     else:
         properties = parsed.get("properties") if isinstance(parsed, dict) else None
         items = list(properties.items()) if isinstance(properties, Mapping) else []
-        ranks = [
-            (s.get("connect.index", i) if isinstance(s, Mapping) else i, n) for i, (n, s) in enumerate(items)
-        ]
+        ranks = [(_index(s, i), n) for i, (n, s) in enumerate(items)]
         names = [name for _, name in sorted(ranks)]
     return tuple(str(n) for n in names) if names and all(isinstance(n, str) for n in names) else None
+
+
+def _index(schema: Any, position: int) -> int:
+    index = schema.get("connect.index") if isinstance(schema, Mapping) else None
+    return index if isinstance(index, int) and not isinstance(index, bool) else position
 
 
 def listed_columns(value: bytes | None, field: str) -> tuple[str, ...] | None:

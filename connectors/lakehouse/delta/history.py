@@ -227,11 +227,14 @@ class DeltaHistoryWriter:
                 per_key.setdefault(key_tuple(change.row, self.key, index), []).append(change)
         ends = []
         for timed in per_key.values():
-            timed.sort(key=lambda change: change.row[self.time])
+            # (time, 0 for a truncation's delete: before the changes at its time, arrival order) each
+            ordered = sorted(((c.row[self.time], 1, i, c) for i, c in enumerate(timed)), key=lambda t: t[:3])
             for at in sorted(set(truncations)):
-                before = [change for change in timed if change.row[self.time] < at]
-                if before and before[-1].kind is not RowKind.DELETE:
-                    ends.append(Change(RowKind.DELETE, {**before[-1].row, self.time: at}))
+                before = [entry for entry in ordered if entry[0] < at]
+                if before and before[-1][3].kind is not RowKind.DELETE:
+                    end = Change(RowKind.DELETE, {**before[-1][3].row, self.time: at})
+                    ends.append(end)
+                    ordered = sorted([*ordered, (at, 0, len(ordered), end)], key=lambda t: t[:3])
         return ends
 
     def _existing(self, table: DeltaTable, keys: set[tuple[Any, ...]]) -> list[Version]:

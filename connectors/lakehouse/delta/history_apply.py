@@ -36,6 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdcflow.connectors.errors import ChangelogConsistencyError
+from cdcflow.connectors.lakehouse.delta import key_links
 from cdcflow.connectors.lakehouse.delta.batch import (
     TRUNCATE,
     coordinates,
@@ -55,7 +56,7 @@ log = logging.getLogger(__name__)
 START_AT, END_AT = "__START_AT", "__END_AT"
 STATE = "cdcflow.history"
 """Commit metadata: the truncations and the open claims (:class:`HistoryState`)."""
-STATE_LOOKBACK = 20
+STATE_LOOKBACK = 200
 """Commits read back for the last state (a widening's rewrite commits without it)."""
 _ARRIVAL = "__cdcflow_arrival"
 
@@ -100,8 +101,8 @@ class HistoryApplier:
             return result
         options = self.options
         table = table.append_column(_ARRIVAL, pa.array(np.arange(table.num_rows, dtype=np.int64)))
-        self._check_times(table, batch_id)
         changes, controls = split_controls(table, options.control_column, None, None, batch_id)
+        self._check_times(changes, batch_id)
         outcome = decide(controls, options.on_truncate)
         result.changes, result.truncates, result.control_events = (
             changes.num_rows,
@@ -110,12 +111,13 @@ class HistoryApplier:
         )
         state = self._state()
         truncations = list(state.truncations)
-        if outcome.truncation is not None:
-            marks = table.column(str(options.control_column))
-            at = pc.and_(pc.is_valid(marks), pc.equal(pc.utf8_lower(marks), TRUNCATE))
-            truncations = sorted({*truncations, pc.max(table.filter(at).column(self.time)).as_py()})
+        if outcome.truncation is not None:  # every TRUNCATE of the batch, each at its time
+            marks = pc.utf8_lower(pc.utf8_trim_whitespace(table.column(str(options.control_column))))
+            truncates = table.filter(pc.fill_null(pc.equal(marks, TRUNCATE), False))
+            self._check_times(truncates, batch_id)
+            truncations = sorted({*truncations, *truncates.column(self.time).to_pylist()})
         ordered = changes.take(self._order(changes))
-        fill = Fill(self, ordered, state.claims)
+        fill = Fill(self, ordered, state.claims, batch_id)
         result.unavailable_unfilled = fill.unfilled
         kinds = ordered.column(options.row_kind_column)
         applied = self.writer.apply(
@@ -255,7 +257,9 @@ class Fill:
     primary-key change, else a claim on the old key's row; the claims its old keys' deletes resolve
     become ``patches`` of stored versions."""
 
-    def __init__(self, applier: HistoryApplier, ordered: pa.Table, claims: list[Claim]) -> None:
+    def __init__(
+        self, applier: HistoryApplier, ordered: pa.Table, claims: list[Claim], batch_id: int
+    ) -> None:
         self.values: dict[int, dict[str, Any]] = {}
         self.patches: dict[tuple[Key, Any], dict[str, Any]] = {}
         self.claims = list(claims)
@@ -272,8 +276,11 @@ class Fill:
         kinds = ordered.column(options.row_kind_column).to_pylist()
         rows = ordered.drop_columns([c for c in names if c.startswith("__cdcflow")]).to_pylist()
         own_keys = [tuple(row[k] for k in self.key) for row in rows]
+        key_types = [ordered.schema.field(k).type for k in self.key]
+        olds = key_links.parse(olds, self.key, key_types, batch_id, warn=False)
+        news = key_links.parse(news, self.key, key_types, batch_id, warn=False)
         needed = {k for k, gone in zip(own_keys, missing, strict=True) if gone}
-        needed |= {_key_of(old, self.key) for old in olds if old}
+        needed |= {old for old in olds if old is not None}
         needed |= {claim.old for claim in self.claims} & set(own_keys)
         self.stored = applier.versions(needed)
         self.last: dict[Key, dict[str, Any]] = {}
@@ -290,7 +297,7 @@ class Fill:
                 self._delete(own, new, row[self.time])
                 continue
             self.batch_rows[(own, row[self.time])] = index
-            self._change(index, own, row, gone or [], _key_of(old, self.key) if old else None)
+            self._change(index, own, row, gone or [], old)
         if self.unfilled:
             log.warning(
                 "%d change(s) of %s keep an unavailable value NULL: no earlier value of their key in the "
@@ -335,20 +342,25 @@ class Fill:
         return any(claim.key == key and name in claim.starts for claim in self.claims)
 
     def _stored(self, key: Key, at: Any, ended: bool = False) -> dict[str, Any] | None:
-        """The table's version of ``key`` that held just before ``at`` (``ended``: and ended there)."""
-        held = [
-            v
-            for v in self.stored.get(key, [])
-            if v[START_AT] < at and (v[END_AT] == at if ended else v[END_AT] is None or v[END_AT] >= at)
-        ]
-        return held[-1] if held else None
+        """The table's version of ``key`` that held just before a change at ``at``: one an earlier batch
+        opened at that very time (the same transaction) first; ``ended``: the one that ended at ``at``."""
 
-    def _delete(self, own: Key, new: str | None, at: Any) -> None:
+        def held(version: dict[str, Any]) -> bool:
+            start, end = version[START_AT], version[END_AT]
+            if ended:
+                return bool(start < at and end == at)
+            return bool(start < at and (end is None or end >= at)) or bool(
+                start == at and (end is None or end > at)
+            )
+
+        found = [v for v in self.stored.get(key, []) if held(v)]
+        return max(found, key=lambda v: v[START_AT]) if found else None
+
+    def _delete(self, own: Key, moved: Key | None, at: Any) -> None:
         row = self.last.pop(own) if own in self.last else self._stored(own, at)
         for mine in self.claims:
             if mine.key == own:
                 mine.open.clear()
-        moved = _key_of(new, self.key) if new else None
         if moved is not None and row is not None:
             self.moved[(own, moved)] = row
         claim = next((c for c in self.claims if c.key == moved and c.old == own), None)
@@ -357,7 +369,8 @@ class Fill:
         self.claims.remove(claim)
         for name, starts in claim.starts.items():
             value = row.get(name) if row is not None else None
-            self.unfilled += row is None or name not in row
+            # no row, or a value the old key itself still waits for (a chain of key changes)
+            self.unfilled += row is None or name not in row or (value is None and self._pending(own, name))
             for start in starts:
                 at = self.batch_rows.get((moved, start))
                 if at is not None:
@@ -376,11 +389,6 @@ def _column(table: pa.Table, name: str | None) -> list[Any]:
     if name is None or name not in table.schema.names:
         return [None] * table.num_rows
     return list(table.column(name).to_pylist())
-
-
-def _key_of(text: str, key: list[str]) -> Key:
-    value = json.loads(text)
-    return tuple(value.get(k) for k in key)
 
 
 def _encode(value: Any) -> Any:

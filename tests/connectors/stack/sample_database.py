@@ -25,6 +25,24 @@ from postgres_server import PostgresServer
 
 SEED_ROWS = {"items": 20, "customers": 8, "order_lines": 12, "readings": 10, "stock": 6}
 """The rows 10-inventory.sql inserts into each table."""
+DELTA_TYPES = {
+    "items": {"id": pa.int32(), "qty": pa.int32(), "body": pa.string()},
+    "customers": {"email": pa.string(), "vip": pa.bool_(), "since": pa.date32()},
+    "order_lines": {"order_id": pa.int64(), "line_no": pa.int16(), "amount": pa.decimal128(12, 2)},
+    "readings": {
+        "id": pa.int64(),
+        "value": pa.float64(),
+        "taken_at": pa.timestamp("us"),
+        "unit": pa.string(),
+    },
+    "stock": {"warehouse": pa.int16(), "units": pa.int64(), "counted_at": pa.timestamp("us", tz="UTC")},
+    "shipments": {"order_id": pa.int64(), "shipped_at": pa.timestamp("us", tz="UTC")},
+}
+"""The Delta column each PostgreSQL type lands as: integer/smallint/bigint(serial) as int32/int16/int64,
+numeric(12,2) as decimal(12,2), date as date, double precision as double, timestamp as a timestamp
+without zone, timestamptz as an instant (UTC), text and varchar as strings; stock.units after its
+widening to bigint. (The row comparison converts PostgreSQL's values to the Delta column's type, so
+the types are checked here.)"""
 KEYS = {
     "items": ("id",),
     "customers": ("email",),

@@ -16,7 +16,7 @@ from connect_worker import ConnectWorker
 from deltalake import DeltaTable
 from ingest_process import start_ingest, tail
 from postgres_server import DOCKER_POSTGRES, PostgresServer
-from sample_database import SEED_ROWS, DatabaseWorkload, difference, postgres_rows
+from sample_database import DELTA_TYPES, SEED_ROWS, DatabaseWorkload, difference, postgres_rows
 from test_connect_ingest import connector_values, in_background, kill_ingest, run_dml, wait_records
 from workload import Workload
 
@@ -167,6 +167,9 @@ def test_one_job_lands_every_table_through_new_tables_schema_changes_and_kills(
         assert widened(lake / "stock")
         assert max(row["units"] for row in postgres_rows(postgres, db, "stock")) > 2**32
         assert "unit" in delta_schema(lake / "readings").names
+        for table, columns in DELTA_TYPES.items():
+            schema = delta_schema(lake / table)
+            assert {c: schema.field(c).type for c in columns} == columns, table
         assert items.committed >= 60
     finally:
         job.kill()
