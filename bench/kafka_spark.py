@@ -20,9 +20,9 @@ lz4, over ``--partitions`` partitions) is created and filled by the bench on ``K
 set, else on a real single-node KRaft broker it starts on 127.0.0.1 (tests/connectors/kafka_broker.py,
 jars from the Java cache; scripts/java_deps.sh kafka spark-kafka fetches them). Both Spark's source and
 cdcflow's read committed records (``kafka.isolation.level=read_committed`` on Spark's).
-``--unavailable-values report`` lets keyed records take the columnar path (the default ``fill`` keeps
-each key's last image, which needs the per-record decoder); ``--metadata topic,partition,offset``
-adds those columns to all three paths.
+``--unavailable-values report`` reads without the state of each key's last image the default ``fill``
+keeps (both take the columnar path); ``--metadata topic,partition,offset`` adds those columns to all
+three paths.
 
     .venv/bin/python bench/kafka_spark.py [--records 500000] [--partitions 4] [--rounds 2]
         [--unavailable-values fill|report] [--metadata topic,partition,offset]

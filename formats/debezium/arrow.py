@@ -6,9 +6,11 @@ explicit ``{op, before, after}`` schema, numpy builds the changelog's take indic
 
 The result is exactly what :class:`~cdcflow.formats.debezium.json.DebeziumJsonDecoder` gives message
 by message, or None: whatever the per-record decoder would treat differently from plain data (a parse
-error, a control event, an unchanged-TOAST placeholder, a NULL in a NOT NULL column, an update
-without its before image, JSON that Arrow's reader accepts but the per-record parser refuses) sends
-the whole block back to the per-record path.
+error, a control event, an unchanged-TOAST placeholder it cannot place, a NULL in a NOT NULL column,
+an update without its before image, JSON that Arrow's reader accepts but the per-record parser
+refuses) sends the whole block back to the per-record path. Placeholders are filled from the before
+image, and under ``unavailable-values=fill`` with Kafka keys from each key's last image
+(:mod:`.arrow_fill`), or reported.
 
 A block is laid out for Arrow's reader as one buffer (:class:`Block`), with the checks that make its
 reading agree with orjson's message for message: Arrow's reader (RapidJSON) accepts some text orjson
@@ -197,9 +199,9 @@ class ColumnarDecoder:
         """The changelog of ``values`` (message values; None or blank is a tombstone, giving no row), or
         None when the block must be decoded message by message.
 
-        Pass the messages' Kafka ``keys`` when they have any: with ``unavailable-values=fill`` the
-        per-record decoder keeps each key's last image to fill unchanged TOAST values from, so a block
-        with keys goes through it to keep that state whole.
+        Pass the messages' Kafka ``keys`` when they have any: with ``unavailable-values=fill`` each
+        key's last image fills unchanged TOAST values; the block reads and updates that state, which
+        it shares with the per-record decoder (:mod:`.arrow_fill`).
         """
         if self.keyed_state and keys is not None and any(key is not None for key in keys):
             return self._decode(Block.of_values(values), headers, keys)
@@ -312,7 +314,7 @@ class ColumnarDecoder:
             afters.append(images[0])
             befores.append(images[1])
         commit = None
-        if keys is not None and self.fill_state is not None:
+        if keys is not None and self.fill_state is not None and any(key is not None for key in keys):
             names = [plan.name for plan in self.columns]
             keyed = fill_from_keys(self.fill_state, codes == _DELETE, keys, afters, missing, names, checks)
             afters, missing, commit = keyed.afters, keyed.missing, keyed.commit

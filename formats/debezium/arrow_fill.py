@@ -33,10 +33,19 @@ def state_keys(keys: Sequence[bytes | None]) -> list[StateKey] | None:
     """The filling-state key of each message, as :meth:`.envelope.ChangeBuilder.state_key` makes it from
     the Kafka key (None: no key, or not a JSON object); None when a key is nested too deep (the
     per-record decoder fails that message)."""
-    try:
-        return [fields_key(state_key_fields(key)) for key in keys]
-    except FieldError:
-        return None
+    known: dict[bytes, StateKey] = {}
+    found: list[StateKey] = []
+    for key in keys:
+        if not key or key.lstrip()[:1] != b"{":  # not a JSON object: no state (as per record)
+            found.append(None)
+            continue
+        if key not in known:
+            try:
+                known[key] = fields_key(state_key_fields(key))
+            except FieldError:
+                return None
+        found.append(known[key])
+    return found
 
 
 @dataclass
