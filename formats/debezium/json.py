@@ -189,7 +189,7 @@ class DebeziumJsonDecoder(Decoder):
             head = b'{"schema":' + orjson.dumps(schema) + b',"payload":'
         except orjson.JSONEncodeError:
             return
-        if value.startswith(head):
+        if value.startswith(head) and all(block.head != head for block in self._blocks):
             self._blocks.insert(0, _Block(head, schema))
             del self._blocks[SCHEMA_BLOCKS:]
 
@@ -223,7 +223,7 @@ class DebeziumJsonDecoder(Decoder):
         rows = self._row_converter(schema_block)
         raw_before = payload.get("before")
         if raw_before is None and op == "d" and self.config.mode is DebeziumMode.UPSERT:
-            raw_before = _key_payload(message)
+            raw_before = _key_payload(message.key)
         before = image(rows, raw_before, "before")
         after = image(rows, payload.get("after"), "after")
         key = self._builder.state_key(after if after is not None else before, message, _state_key_fields)
@@ -295,17 +295,17 @@ class DebeziumJsonDecoder(Decoder):
         return rows, self.schema
 
 
-def _key_payload(message: Message) -> dict[str, Any] | None:
+def _key_payload(key: bytes | None) -> dict[str, Any] | None:
     """The Kafka key's fields: the partial image of an upsert delete that has no before image."""
-    if not message.key:
+    if not key:
         return None
     try:
-        key = orjson.loads(message.key)
+        parsed = orjson.loads(key)
     except orjson.JSONDecodeError:
         raise FieldError("key", "the message key is not JSON") from None
-    if isinstance(key, dict) and "payload" in key and "schema" in key:
-        key = key["payload"]
-    return key if isinstance(key, dict) else None
+    if isinstance(parsed, dict) and "payload" in parsed and "schema" in parsed:
+        parsed = parsed["payload"]
+    return parsed if isinstance(parsed, dict) else None
 
 
 def _state_key_fields(message: Message) -> dict[str, Any] | None:
@@ -315,7 +315,7 @@ def _state_key_fields(message: Message) -> dict[str, Any] | None:
 def state_key_fields(key: bytes | None) -> dict[str, Any] | None:
     """The Kafka key's fields, which index the filling state (None: no key, or not a JSON object)."""
     try:
-        return _key_payload(Message(None, key=key))
+        return _key_payload(key)
     except FieldError:
         return None  # a key that is not JSON cannot index the filling state
 

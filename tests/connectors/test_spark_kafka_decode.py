@@ -17,12 +17,17 @@ from source_cases import (
     GOLDEN_ROWS,
     INCLUDE,
     KAFKA_METADATA,
+    PARTITIONS,
     PRODUCTS,
+    SCHEMA,
+    T0_MS,
     ProductsTopic,
+    debezium,
     expected_rows,
     observed,
     render,
     rendered,
+    with_offsets,
 )
 
 from cdcflow.connectors.errors import ConnectorOptionError
@@ -31,7 +36,7 @@ from cdcflow.connectors.spark.accounting import read_counts
 from cdcflow.connectors.spark.arrow_types import arrow_schema, struct_type
 from cdcflow.connectors.spark.dead_letters import read_dead_letters
 from cdcflow.connectors.spark.read_plan import FrameInput, plan_read
-from cdcflow.formats import Message
+from cdcflow.formats import DecodeOutput, Message, render_change, resolve_format
 from cdcflow.formats.debezium.arrow import ColumnarDecoder
 from cdcflow.spark import decode_kafka
 
@@ -64,6 +69,51 @@ def test_batch_decode_equals_the_cdc_source_with_metadata_keys_and_headers(
     assert observed(source) == want
     kinds = sorted(r["_row_kind"] for r in decoded.toArrow().to_pylist())
     assert kinds == sorted(line[:2] for line in GOLDEN_ROWS)
+
+
+def test_unchanged_toast_values_fill_per_key_on_both_kafka_paths_as_per_record(
+    spark: SparkSession, kafka_cluster: KafkaCluster
+) -> None:
+    """The default ``unavailable-values=fill`` on a keyed topic of two partitions (placeholders in after
+    and before images, deletes, tombstones, re-inserts, keyless records), read by ``cdc-debezium`` and
+    by ``decode_kafka``: each task's columnar blocks fill from their key state as the per-record decoder
+    does, record by record."""
+    from test_columnar import keyed_stream
+
+    topic = unique_topic("keyed-fill")
+    kafka_cluster.create_topic(topic, PARTITIONS)
+    messages = []
+    # past one block (8,192 records) per partition: later blocks fill from the key state of earlier ones
+    for index, (key, value) in enumerate(keyed_stream(5, 20_000)):
+        if key is not None:
+            row_id = orjson.loads(key)["id"]
+        elif value is not None:
+            envelope = orjson.loads(value)
+            row_id = (envelope["after"] or envelope["before"])["id"]
+        else:
+            row_id = 0  # a keyless tombstone: no row, no state
+        messages.append(Message(value, key, None, row_id % PARTITIONS, None, T0_MS + index, ()))
+    kafka_producer.produce_messages(kafka_cluster.bootstrap_servers, messages, topic)
+    placed = with_offsets(messages, topic)
+    decoder, out, want = resolve_format("debezium-json").create_decoder({}, SCHEMA), DecodeOutput(), []
+    for m in placed:
+        before = len(out.changes)
+        decoder.decode(m, out)
+        want += [(m.partition, m.offset, render_change(c, SCHEMA)) for c in out.changes[before:]]
+    want.sort()
+    assert out.metrics.filled_values > 50 and out.metrics.unavailable_values > 10, out.metrics
+    raw = kafka(spark, kafka_cluster.bootstrap_servers, topic)
+    decoded = decode_kafka(raw, "debezium-json", columns=PRODUCTS, options={"metadata": "partition,offset"})
+    source = (
+        debezium(spark)
+        .option("kafka.bootstrap.servers", kafka_cluster.bootstrap_servers)
+        .option("subscribe", topic)
+        .option("metadata", "partition,offset")
+        .load()
+    )
+    for read in (decoded, source):
+        got = sorted((r["partition"], r["offset"], render(r)) for r in read.toArrow().to_pylist())
+        assert got == want
 
 
 def test_the_columnar_path_keeps_the_kafka_metadata_of_each_row(

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from deltalake import DeltaTable
 
 from cdcflow.connectors.errors import ChangelogConsistencyError
 from cdcflow.connectors.lakehouse.delta import key_links
@@ -49,7 +50,7 @@ from cdcflow.connectors.lakehouse.delta.history import DeltaHistoryWriter
 from cdcflow.connectors.lakehouse.delta.options import ApplyOptions
 from cdcflow.connectors.lakehouse.delta.result import BatchApplied
 from cdcflow.connectors.lakehouse.delta.storage import LOCAL, Storage
-from cdcflow.connectors.lakehouse.delta.tables import open_table, rows_of_keys
+from cdcflow.connectors.lakehouse.delta.tables import applied_version, open_table, rows_of_keys
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,8 @@ class HistoryApplier:
     def apply(self, table: pa.Table, batch_id: int) -> BatchApplied:
         started = time.perf_counter()
         result = BatchApplied(batch_id, changes=table.num_rows)
-        if self.done(batch_id):
+        stored = open_table(self.target, self.storage)  # read once for the batch's lookups
+        if applied_version(stored, self.writer.app_id) >= batch_id:
             result.skipped = True
             return result
         options = self.options
@@ -109,7 +111,7 @@ class HistoryApplier:
             outcome.truncates,
             outcome.others,
         )
-        state = self._state()
+        state = _state(stored)
         truncations = list(state.truncations)
         if outcome.truncation is not None:  # every TRUNCATE of the batch, each at its time
             marks = pc.utf8_lower(pc.utf8_trim_whitespace(table.column(str(options.control_column))))
@@ -117,7 +119,7 @@ class HistoryApplier:
             self._check_times(truncates, batch_id)
             truncations = sorted({*truncations, *truncates.column(self.time).to_pylist()})
         ordered = changes.take(self._order(changes))
-        fill = Fill(self, ordered, state.claims, batch_id)
+        fill = Fill(self, stored, ordered, state.claims, batch_id)
         result.unavailable_unfilled = fill.unfilled
         kinds = ordered.column(options.row_kind_column)
         applied = self.writer.apply(
@@ -160,19 +162,8 @@ class HistoryApplier:
         keys.append((_ARRIVAL, "ascending"))
         return pc.sort_indices(changes, sort_keys=keys)
 
-    def _state(self) -> HistoryState:
-        """The truncations and open claims the last batch committed."""
-        table = open_table(self.target, self.storage)
-        if table is None:
-            return HistoryState([], [])
-        for commit in table.history(STATE_LOOKBACK):
-            if STATE in commit:
-                return HistoryState.from_json(str(commit[STATE]))
-        return HistoryState([], [])
-
-    def versions(self, keys: set[Key]) -> dict[Key, list[dict[str, Any]]]:
-        """The versions the table holds of each of ``keys``, by start."""
-        table = open_table(self.target, self.storage)
+    def versions(self, table: DeltaTable | None, keys: set[Key]) -> dict[Key, list[dict[str, Any]]]:
+        """The versions ``table`` holds of each of ``keys``, by start."""
         if table is None or not keys:
             return {}
         schema = pa.schema(table.schema().to_arrow())
@@ -206,6 +197,18 @@ class HistoryApplier:
 
 
 Key = tuple[Any, ...]
+
+
+def _state(table: DeltaTable | None) -> HistoryState:
+    """The truncations and open claims the last batch committed: in the latest commit but for commits
+    of others (a widening's rewrite, OPTIMIZE), read further back only then."""
+    if table is None:
+        return HistoryState([], [])
+    for limit in (1, STATE_LOOKBACK):
+        for commit in table.history(limit):
+            if STATE in commit:
+                return HistoryState.from_json(str(commit[STATE]))
+    return HistoryState([], [])
 
 
 @dataclass
@@ -258,7 +261,12 @@ class Fill:
     become ``patches`` of stored versions."""
 
     def __init__(
-        self, applier: HistoryApplier, ordered: pa.Table, claims: list[Claim], batch_id: int
+        self,
+        applier: HistoryApplier,
+        table: DeltaTable | None,
+        ordered: pa.Table,
+        claims: list[Claim],
+        batch_id: int,
     ) -> None:
         self.values: dict[int, dict[str, Any]] = {}
         self.patches: dict[tuple[Key, Any], dict[str, Any]] = {}
@@ -282,7 +290,7 @@ class Fill:
         needed = {k for k, gone in zip(own_keys, missing, strict=True) if gone}
         needed |= {old for old in olds if old is not None}
         needed |= {claim.old for claim in self.claims} & set(own_keys)
-        self.stored = applier.versions(needed)
+        self.stored = applier.versions(table, needed)
         self.last: dict[Key, dict[str, Any]] = {}
         self.moved: dict[tuple[Key, Key], dict[str, Any]] = {}
         """(old key, new key): the old key's row its delete of a primary-key change left."""
