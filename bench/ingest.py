@@ -22,6 +22,12 @@ KRaft broker the bench starts, see bench/kafka_spark.py). Each is applied to a n
   the line boundaries where cdcflow's ``maxBytesPerTrigger`` cuts the one file, with
   ``maxFilesPerTrigger=1``: both sides apply the same changes in each micro-batch.
 
+The ``schemas`` source is real Kafka Connect output: the same history as messages of the recorded
+PostgreSQL ``cdc_types`` table with their ~5 kB schema block (bench/schema_history.py, ``--schema-bytes``
+of them, 200 MiB by default), one per line in a file. Both jobs are given the same five columns:
+cdcflow ``--schema`` with ``debezium-json.schema-include``, the hand-written job a ``from_json`` schema
+of ``payload`` with those columns; its bytes/s are printed too.
+
 Both are streaming queries with the available-now trigger in ONE local[2] session (Spark's Kafka
 jars; no Delta jars: both merge with delta-rs in the driver). A run's wall time includes the
 query's start and ends when it has applied everything; the session's start is excluded. Runs are
@@ -37,7 +43,8 @@ runs left resident counts in the peak, not in the rise); the Python workers that
 source are not counted.
 
     .venv/bin/python bench/ingest.py [--changes 1000000] [--keys 100000] [--rounds 3] [--warmup 1]
-        [--sources file,kafka] [--partitions 4] [--file-batch-bytes N] [--kafka-batch-records N]
+        [--sources file,kafka,schemas] [--partitions 4] [--schema-bytes N] [--file-batch-bytes N]
+        [--kafka-batch-records N] [--json FILE]
 """
 
 from __future__ import annotations
@@ -61,6 +68,8 @@ import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+import results
+import schema_history
 from cdc_history import COLUMNS, Row, events, fold, write_history
 from deltalake import CommitProperties, DeltaTable, Transaction
 from kafka_spark import kafka_cluster, session
@@ -71,11 +80,15 @@ from cdcflow.connectors.lakehouse.ingest_defaults import (
     DEFAULT_MAX_OFFSETS_PER_TRIGGER,
 )
 
-SOURCES = ("file", "kafka")
+SOURCES = ("file", "kafka", "schemas")
 JOBS = ("cdcflow", "hand-written")
 LEAN = (
     "op STRING, before STRUCT<id: INT>, "
     "after STRUCT<id: INT, name: STRING, qty: BIGINT, price: DOUBLE, rev: BIGINT>, source STRUCT<lsn: BIGINT>"
+)
+SCHEMAS_LEAN = (
+    "payload STRUCT<op: STRING, before: STRUCT<id: INT>, after: STRUCT<id: INT, c_text: STRING, "
+    "c_bigint: BIGINT, c_double: DOUBLE, c_smallint: SMALLINT>, source: STRUCT<lsn: BIGINT>>"
 )
 TABLE = pa.schema(
     [
@@ -88,13 +101,43 @@ TABLE = pa.schema(
 )
 
 
+SCHEMAS_TABLE = pa.schema(
+    [
+        pa.field("id", pa.int32(), nullable=False),
+        pa.field("c_text", pa.string()),
+        pa.field("c_bigint", pa.int64()),
+        pa.field("c_double", pa.float64()),
+        pa.field("c_smallint", pa.int16()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class Data:
+    """One source's history as both jobs are told about it, and the table it leaves."""
+
+    history: Path
+    pieces: Path
+    changes: int
+    bytes: int
+    truth: dict[int, Row]
+    table: pa.Schema
+    columns: str
+    """The columns cdcflow is given (``--schema``)."""
+    lean: str
+    """The hand-written job's ``from_json`` schema."""
+    envelope: str
+    """Where the envelope is in the hand-written job's parsed value."""
+    options: dict[str, str]
+    """cdcflow's format options."""
+
+
 @dataclass(frozen=True)
 class Input:
     """Where one source's changes are, for both jobs."""
 
     source: str
-    history: Path
-    pieces: Path
+    data: Data
     bootstrap: str | None
     topic: str
     file_batch_bytes: int
@@ -190,10 +233,13 @@ def run_cdcflow(spark: Any, given: Input, work: Path) -> int:
         "key": ("id",),
         "target": str(work / "table"),
         "checkpoint": str(work / "checkpoint"),
-        "schema": COLUMNS,
+        "schema": given.data.columns,
+        "options": given.data.options,
     }
-    if given.source == "file":
-        config = IngestConfig(**common, path=str(given.history), max_bytes_per_trigger=given.file_batch_bytes)
+    if given.source != "kafka":
+        config = IngestConfig(
+            **common, path=str(given.data.history), max_bytes_per_trigger=given.file_batch_bytes
+        )
     else:
         config = IngestConfig(
             **common,
@@ -211,8 +257,10 @@ def run_cdcflow(spark: Any, given: Input, work: Path) -> int:
 class LastChangeMerge:
     """The hand-written ``foreachBatch``: each id's last change in the batch, merged by delta-rs."""
 
-    def __init__(self, target: Path) -> None:
+    def __init__(self, target: Path, data: Data) -> None:
         self.target = str(target)
+        self.table = data.table
+        self.envelope = data.envelope
         self.app_id = f"bench-{uuid.uuid4().hex}"
         self.batches = 0
 
@@ -223,14 +271,15 @@ class LastChangeMerge:
             if done is not None and done >= batch_id:
                 return
         else:
-            table = DeltaTable.create(self.target, TABLE)
+            table = DeltaTable.create(self.target, self.table)
         from pyspark.sql import functions as F  # noqa: N812 - Spark's convention
 
+        e = self.envelope
         changes = frame.select(
-            F.coalesce("e.after.id", "e.before.id").alias("id"),
-            *(F.col(f"e.after.{name}").alias(name) for name in TABLE.names[1:]),
-            F.col("e.op").alias("op"),
-            F.col("e.source.lsn").alias("lsn"),
+            F.coalesce(f"{e}.after.id", f"{e}.before.id").alias("id"),
+            *(F.col(f"{e}.after.{name}").alias(name) for name in self.table.names[1:]),
+            F.col(f"{e}.op").alias("op"),
+            F.col(f"{e}.source.lsn").alias("lsn"),
         ).toArrow()
         self.batches += 1
         if changes.num_rows == 0:
@@ -240,7 +289,7 @@ class LastChangeMerge:
         first = np.ones(len(ids), dtype=bool)
         first[1:] = ids[1:] != ids[:-1]
         last = changes.filter(pa.array(first))
-        columns = {name: f"s.{name}" for name in TABLE.names}
+        columns = {name: f"s.{name}" for name in self.table.names}
         (
             table.merge(
                 last,
@@ -260,8 +309,8 @@ def run_hand_written(spark: Any, given: Input, work: Path) -> int:
     """The hand-written streaming job into ``work/table``; returns its micro-batches."""
     from pyspark.sql import functions as F  # noqa: N812 - Spark's convention
 
-    if given.source == "file":
-        raw = spark.readStream.format("text").option("maxFilesPerTrigger", 1).load(str(given.pieces))
+    if given.source != "kafka":
+        raw = spark.readStream.format("text").option("maxFilesPerTrigger", 1).load(str(given.data.pieces))
         text = F.col("value")
     else:
         raw = (
@@ -274,9 +323,9 @@ def run_hand_written(spark: Any, given: Input, work: Path) -> int:
             .load()
         )
         text = F.col("value").cast("string")
-    merge = LastChangeMerge(work / "table")
+    merge = LastChangeMerge(work / "table", given.data)
     query = (
-        raw.select(F.from_json(text, LEAN).alias("e"))
+        raw.select(F.from_json(text, given.data.lean).alias("e"))
         .writeStream.foreachBatch(merge)
         .option("checkpointLocation", str(work / "checkpoint"))
         .trigger(availableNow=True)
@@ -369,10 +418,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--keys", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1, help="rounds before the measured ones")
-    parser.add_argument("--sources", default=",".join(SOURCES), help="file, kafka or both (file,kafka)")
+    parser.add_argument("--sources", default=",".join(SOURCES), help=f"one or more of {', '.join(SOURCES)}")
     parser.add_argument("--partitions", type=int, default=4, help="of the Kafka topic")
+    parser.add_argument("--schema-bytes", type=int, default=200 * 2**20, help="of the schemas source's file")
+    parser.add_argument("--schema-keys", type=int, default=3_000, help="ids of the schemas source")
     parser.add_argument("--file-batch-bytes", type=int, default=DEFAULT_MAX_BYTES_PER_TRIGGER)
     parser.add_argument("--kafka-batch-records", type=int, default=DEFAULT_MAX_OFFSETS_PER_TRIGGER)
+    parser.add_argument("--json", type=Path, help="also write the measurements here (bench/all.py)")
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.warmup < 0:
         parser.error("--rounds: at least 1; --warmup: 0 or more")
@@ -383,86 +435,136 @@ def main(argv: list[str]) -> int:
     topic = f"bench-ingest-{uuid.uuid4().hex[:8]}"
     try:
         with broker("kafka" in sources) as bootstrap:
-            history = work / "history.jsonl"
-            stats = write_history(history, args.changes, args.keys)
-            truth = fold(history)
-            pieces = split(history, work / "pieces", args.file_batch_bytes)
-            print(
-                f"{args.changes:,} changes over {args.keys:,} keys ({stats.inserts:,} inserts, "
-                f"{stats.updates:,} updates, {stats.deletes:,} deletes; {stats.bytes / args.changes:.0f} B "
-                f"avg), {len(truth):,} rows at the end; file: {stats.bytes / 2**20:,.0f} MiB in "
-                f"micro-batches of {args.file_batch_bytes / 2**20:g} MiB ({pieces} files for Spark's text "
-                "source)",
-                flush=True,
-            )
-            if bootstrap is not None:
-                started = time.perf_counter()
-                produce_history(bootstrap, topic, args.changes, args.keys, args.partitions)
-                print(
-                    f"kafka: topic {topic}, {args.partitions} partitions, produced in "
-                    f"{time.perf_counter() - started:.1f} s; micro-batches of {args.kafka_batch_records:,} "
-                    "records",
-                    flush=True,
-                )
+            data = prepare(args, sources, work, bootstrap, topic)
             spark = session()
             try:
-                runs = measure(spark, args, sources, work, history, bootstrap, topic, truth)
+                runs = measure(spark, args, data, bootstrap, topic)
             finally:
                 spark.stop()
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    report(runs, args.changes, args.warmup)
+    report(runs, data, args.warmup)
+    if args.json is not None:
+        comparisons = [
+            results.Comparison(
+                name=f"ingest, {LABELS[source]}",
+                unit="changes/s",
+                amount=data[source].changes,
+                bytes=data[source].bytes,
+                baseline="hand-written",
+                seconds={job: [run.seconds for run in by_job[job]] for job in JOBS},
+                warmup=args.warmup,
+            )
+            for source, by_job in runs.items()
+        ]
+        results.write(args.json, comparisons)
     maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     print(f"python driver ru_maxrss over the whole bench (history, fold, producer included): {mib(maxrss)}")
     return 0
 
 
+LABELS = {
+    "file": "file",
+    "kafka": "Kafka, 4 partitions",
+    "schemas": "file, Connect schema blocks",
+}
+
+
+def prepare(
+    args: argparse.Namespace, sources: list[str], work: Path, bootstrap: str | None, topic: str
+) -> dict[str, Data]:
+    """Each source's history written (and produced), untimed."""
+    data: dict[str, Data] = {}
+    if {"file", "kafka"} & set(sources):
+        history = work / "history.jsonl"
+        stats = write_history(history, args.changes, args.keys)
+        truth = fold(history)
+        pieces = split(history, work / "pieces", args.file_batch_bytes)
+        print(
+            f"{args.changes:,} changes over {args.keys:,} keys ({stats.inserts:,} inserts, "
+            f"{stats.updates:,} updates, {stats.deletes:,} deletes; {stats.bytes / args.changes:.0f} B "
+            f"avg), {len(truth):,} rows at the end; file: {stats.bytes / 2**20:,.0f} MiB in "
+            f"micro-batches of {args.file_batch_bytes / 2**20:g} MiB ({pieces} files for Spark's text "
+            "source)",
+            flush=True,
+        )
+        plain = Data(
+            history, work / "pieces", args.changes, stats.bytes, truth, TABLE, COLUMNS, LEAN, "e", {}
+        )
+        data.update({source: plain for source in ("file", "kafka") if source in sources})
+        if bootstrap is not None:
+            started = time.perf_counter()
+            produce_history(bootstrap, topic, args.changes, args.keys, args.partitions)
+            print(
+                f"kafka: topic {topic}, {args.partitions} partitions, produced in "
+                f"{time.perf_counter() - started:.1f} s; micro-batches of {args.kafka_batch_records:,} "
+                "records",
+                flush=True,
+            )
+    if "schemas" in sources:
+        history = work / "schemas.jsonl"
+        changes, size, truth = schema_history.write(history, args.schema_bytes, args.schema_keys)
+        pieces = split(history, work / "schema-pieces", args.file_batch_bytes)
+        print(
+            f"schemas: {changes:,} Kafka Connect messages of the recorded {schema_history.TABLE} table "
+            f"(schema block included, {size / changes:,.0f} B avg) over {args.schema_keys:,} ids, "
+            f"{size / 2**20:,.0f} MiB, {len(truth):,} rows at the end ({pieces} files for Spark's text "
+            "source)",
+            flush=True,
+        )
+        data["schemas"] = Data(
+            history,
+            work / "schema-pieces",
+            changes,
+            size,
+            truth,
+            SCHEMAS_TABLE,
+            schema_history.LEAN,
+            SCHEMAS_LEAN,
+            "e.payload",
+            {"debezium-json.schema-include": "true"},
+        )
+    return data
+
+
 def measure(
-    spark: Any,
-    args: argparse.Namespace,
-    sources: list[str],
-    work: Path,
-    history: Path,
-    bootstrap: str | None,
-    topic: str,
-    truth: dict[int, Row],
+    spark: Any, args: argparse.Namespace, data: dict[str, Data], bootstrap: str | None, topic: str
 ) -> dict[str, dict[str, list[Run]]]:
-    runs: dict[str, dict[str, list[Run]]] = {source: {job: [] for job in JOBS} for source in sources}
+    runs: dict[str, dict[str, list[Run]]] = {source: {job: [] for job in JOBS} for source in data}
     print(
         f"{args.warmup} warm-up and {args.rounds} measured round(s), Spark local[2], cdcflow and the "
         "hand-written job interleaved",
         flush=True,
     )
     for round_ in range(args.warmup + args.rounds):
-        for source in sources:
+        for source, given_data in data.items():
             given = Input(
-                source,
-                history,
-                work / "pieces",
-                bootstrap,
-                topic,
-                args.file_batch_bytes,
-                args.kafka_batch_records,
+                source, given_data, bootstrap, topic, args.file_batch_bytes, args.kafka_batch_records
             )
             tables: dict[str, pa.Table] = {}
             for job in JOBS:
-                folder = work / f"{source}-{job}-{round_}"
+                folder = work_folder(given_data) / f"{source}-{job}-{round_}"
                 run = timed(spark, job, given, folder)
                 runs[source][job].append(run)
                 print(
-                    f"  {'warm-up' if round_ < args.warmup else 'round'} {round_ + 1} {source:<5} {job:<12}: "
+                    f"  {'warm-up' if round_ < args.warmup else 'round'} {round_ + 1} {source:<7} {job:<12}: "
                     f"{run.seconds:6.1f} s, "
-                    f"{run.batches} batches, {args.changes / run.seconds:>9,.0f} changes/s; "
+                    f"{run.batches} batches, {given_data.changes / run.seconds:>9,.0f} changes/s, "
+                    f"{given_data.bytes / run.seconds / 2**20:,.1f} MiB/s; "
                     f"peak RSS (+MiB risen) driver {run.driver}, JVM {run.jvm}",
                     flush=True,
                 )
                 tables[job] = table_of(folder / "table", f"round {round_ + 1} {source} {job}")
                 shutil.rmtree(folder, ignore_errors=True)
-            check(tables, truth, f"round {round_ + 1} {source}")
+            check(tables, given_data.truth, f"round {round_ + 1} {source}")
     return runs
 
 
-def report(runs: dict[str, dict[str, list[Run]]], changes: int, warmup: int) -> None:
+def work_folder(data: Data) -> Path:
+    return data.history.parent
+
+
+def report(runs: dict[str, dict[str, list[Run]]], data: dict[str, Data], warmup: int) -> None:
     """Rates: medians over the measured rounds; memory: over every run, the warm-up's too."""
     for source, by_job in runs.items():
         if warmup and all(len(by_job[job]) > warmup for job in JOBS):
@@ -472,18 +574,22 @@ def report(runs: dict[str, dict[str, list[Run]]], changes: int, warmup: int) -> 
                 f"{first['hand-written']:.1f} s ({first['hand-written'] / first['cdcflow']:.2f}x)"
             )
     print(
-        f"{'source':<7}{'cdcflow changes/s':>19}{'hand-written':>14}{'cdcflow/hand':>14}"
+        f"{'source':<8}{'cdcflow changes/s':>19}{'MiB/s':>8}{'hand-written':>14}{'MiB/s':>8}"
+        f"{'cdcflow/hand':>14}"
         f"{'driver RSS rise':>23}{'JVM RSS rise':>23}"
     )
     for source, by_job in runs.items():
-        rates = {job: statistics.median(changes / r.seconds for r in by_job[job][warmup:]) for job in JOBS}
+        seconds = {job: statistics.median(r.seconds for r in by_job[job][warmup:]) for job in JOBS}
+        given = data[source]
         rises = {
             process: " / ".join(mib(largest_rise(by_job[job], process)) for job in JOBS)
             for process in ("driver", "jvm")
         }
+        ours, theirs = seconds["cdcflow"], seconds["hand-written"]
         print(
-            f"{source:<7}{rates['cdcflow']:>19,.0f}{rates['hand-written']:>14,.0f}"
-            f"{rates['cdcflow'] / rates['hand-written']:>13.2f}x{rises['driver']:>23}{rises['jvm']:>23}"
+            f"{source:<8}{given.changes / ours:>19,.0f}{given.bytes / ours / 2**20:>8.1f}"
+            f"{given.changes / theirs:>14,.0f}{given.bytes / theirs / 2**20:>8.1f}"
+            f"{seconds['hand-written'] / seconds['cdcflow']:>13.2f}x{rises['driver']:>23}{rises['jvm']:>23}"
         )
     print(
         "(changes/s: medians over the measured rounds; RSS rise, over every run: the most a run's peak rose "

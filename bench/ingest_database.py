@@ -16,7 +16,7 @@ per-table cost: a query per table). Every Delta table is checked against its his
 (bench/cdc_history.py).
 
     .venv/bin/python bench/ingest_database.py [--tables 20] [--changes 50000] [--rounds 3]
-        [--small-tables 500 --small-changes 200] [--work DIR]
+        [--small-tables 500 --small-changes 200] [--work DIR] [--json FILE]
 
 The default flags of ``ingest`` are used (delta-rs, 64 MiB micro-batches); the histories carry no
 Kafka key and no schema block, so every job is given ``--key id`` and ``--schema``.
@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import orjson
+import results as bench_results
 from cdc_history import COLUMNS, events, fold
 from deltalake import DeltaTable
 
@@ -165,6 +166,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--small-tables", type=int, default=0, help="also N tables of --small-changes")
     parser.add_argument("--small-changes", type=int, default=200)
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "cdcflow-bench-database")
+    parser.add_argument("--json", type=Path, help="also write the measurements here (bench/all.py)")
     args = parser.parse_args(argv)
     work = args.work
     keys = max(1, args.changes // 10)
@@ -182,11 +184,14 @@ def main(argv: list[str]) -> int:
         "one table": lambda r: one_table(big, work / "out-one", r),
     }
     results = {name: Result() for name in contenders}
+    warmup: dict[str, float] = {}
     for round_ in range(args.rounds + 1):
         for name, run in contenders.items():
             seconds = run(results[name])
             if round_ > 0:
                 results[name].seconds.append(seconds)
+            else:
+                warmup[name] = seconds
             print(f"round {round_}{' (warm-up)' if round_ == 0 else ''}: {name}: {seconds:.1f} s", flush=True)
     base = total / statistics.median(results["one table"].seconds)
     print(
@@ -199,6 +204,21 @@ def main(argv: list[str]) -> int:
         print(
             f"{name:<28} {rate:>10,.0f} {rate / base:>6.2f} {result.python_peak / 2**20:>7,.0f} "
             f"{result.jvm_peak / 2**20:>8,.0f}  {rounds}"
+        )
+    if args.json is not None:
+        bench_results.write(
+            args.json,
+            [
+                bench_results.Comparison(
+                    name=f"ingest, a database of {args.tables} tables x {args.changes:,} changes (file, "
+                    "Spark's start included)",
+                    unit="changes/s",
+                    amount=total,
+                    baseline=f"job per table ({args.tables} jobs)",
+                    seconds={name: [warmup[name], *result.seconds] for name, result in results.items()},
+                    warmup=1,
+                )
+            ],
         )
     if args.small_tables:
         small = work / f"tables-{args.small_tables}x{args.small_changes}"

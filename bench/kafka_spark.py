@@ -10,10 +10,9 @@
 Every path writes ``id, name, description, weight, _row_kind`` (2 rows per update envelope) into a
 ``noop`` sink, which materializes every output column, so Spark cannot prune the parse. For
 reference, ``kafka`` times Spark's source alone (its raw columns into ``noop``, nothing decoded): the
-cost the last two paths share. Runs are
-interleaved (cdc, decode, from_json, kafka, cdc, ...) after one untimed warm-up of each; the best of
-``--rounds`` is reported as changelog rows/s with the ratios against ``from_json``. Row counts of the
-three paths are checked equal (untimed).
+cost the last two paths share. Runs are interleaved (cdc, decode, from_json, kafka, cdc, ...), a
+warm-up round first (printed, left out); the medians of ``--rounds`` are reported as changelog rows/s
+with the ratios against ``from_json``. Row counts of the three paths are checked equal (untimed).
 
 The topic (``--records`` update envelopes of bench/products_events.py, ~420 bytes, keyed by id,
 lz4, over ``--partitions`` partitions) is created and filled by the bench on ``KAFKA_BOOTSTRAP`` if
@@ -24,7 +23,7 @@ cdcflow's read committed records (``kafka.isolation.level=read_committed`` on Sp
 keeps (both take the columnar path); ``--metadata topic,partition,offset`` adds those columns to all
 three paths.
 
-    .venv/bin/python bench/kafka_spark.py [--records 500000] [--partitions 4] [--rounds 2]
+    .venv/bin/python bench/kafka_spark.py [--records 500000] [--partitions 4] [--rounds 3]
         [--unavailable-values fill|report] [--metadata topic,partition,offset]
 """
 
@@ -33,6 +32,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -41,6 +41,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import results
 from products_events import COLUMNS, changelog_rows, produce
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -162,9 +163,10 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--records", type=int, default=500_000)
     parser.add_argument("--partitions", type=int, default=4)
-    parser.add_argument("--rounds", type=int, default=2, help="interleaved timed rounds; the best is kept")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved timed rounds after the warm-up")
     parser.add_argument("--unavailable-values", default="fill", choices=("fill", "report"))
     parser.add_argument("--metadata", default="", help="e.g. topic,partition,offset (all three paths)")
+    parser.add_argument("--json", type=Path, help="also write the measurements here (bench/all.py)")
     args = parser.parse_args(argv)
     topic = f"bench-kafka-spark-{uuid.uuid4().hex[:8]}"
     options = {} if args.unavailable_values == "fill" else {"debezium-json.unavailable-values": "report"}
@@ -186,26 +188,49 @@ def main(argv: list[str]) -> int:
             frames["kafka"] = paths.raw
             if set(counts.values()) != {rows}:
                 sys.exit(f"the paths disagree on the row count (want {rows}): {counts}")
-            for frame in frames.values():
-                noop(frame)()  # warm-up: Python workers, JIT, page cache
+            # The first round warms up Python workers, the JIT and the page cache: left out of the figures.
             seconds: dict[str, list[float]] = {label: [] for label in frames}
-            for _ in range(args.rounds):
+            for _ in range(1 + args.rounds):
                 for label, frame in frames.items():
                     seconds[label].append(timed(noop(frame)))
         finally:
             spark.stop()
-    rates = {label: rows / min(runs) for label, runs in seconds.items()}
-    print(f"{'path':<10} {'runs (s)':<24} {'rows/s':>10} {'vs from_json':>13}")
+    measured = {label: runs[1:] for label, runs in seconds.items()}
+    rates = {label: rows / statistics.median(runs) for label, runs in measured.items()}
+    print(f"{'path':<10} {'warm-up, runs (s)':<30} {'rows/s':>10} {'vs from_json':>13}  (medians)")
     for label, runs in seconds.items():
+        shown = f"{runs[0]:.2f}; " + ", ".join(f"{s:.2f}" for s in runs[1:])
         if label == "kafka":
-            shown = ", ".join(f"{s:.2f}" for s in runs)
-            print(f"{label:<10} {shown:<24} {args.records / min(runs) / 1e3:>9.0f}k records/s, not decoded")
+            rate = args.records / statistics.median(measured[label])
+            print(f"{label:<10} {shown:<30} {rate / 1e3:>9.0f}k records/s, not decoded")
             continue
-        shown = ", ".join(f"{s:.2f}" for s in runs)
         print(
-            f"{label:<10} {shown:<24} {rates[label] / 1e3:>9.0f}k {rates[label] / rates['from_json']:>12.2f}x"
+            f"{label:<10} {shown:<30} {rates[label] / 1e3:>9.0f}k {rates[label] / rates['from_json']:>12.2f}x"
+        )
+    if args.json is not None:
+        results.write(
+            args.json,
+            [
+                results.Comparison(
+                    name=f"{NAMES[label]} over Kafka ({args.records:,} keyed updates, {args.partitions} "
+                    f"partitions, unavailable-values={args.unavailable_values})",
+                    unit="rows/s",
+                    amount=rows,
+                    baseline="from_json + changelog expansion",
+                    seconds={
+                        NAMES[label]: seconds[label],
+                        "from_json + changelog expansion": seconds["from_json"],
+                        **({"Spark's Kafka source alone": seconds["kafka"]} if label == "decode" else {}),
+                    },
+                    warmup=1,
+                )
+                for label in ("cdc", "decode")
+            ],
         )
     return 0
+
+
+NAMES = {"cdc": "cdc-debezium source", "decode": "decode_kafka"}
 
 
 if __name__ == "__main__":

@@ -200,10 +200,13 @@ def check_metadata(metadata: Sequence[str], format_name: str) -> tuple[str, ...]
     return metadata_schema(METADATA, metadata, format_name)
 
 
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
 def _millis(value: Any, field: str) -> dt.datetime | None:
     if isinstance(value, int) and not isinstance(value, bool):
         try:
-            return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=value)
+            return _EPOCH + dt.timedelta(milliseconds=value)
         except OverflowError:
             raise FieldError(
                 field, f"{excerpt(value)} ms since the epoch is out of the TIMESTAMP range (years 1 to 9999)"
@@ -228,6 +231,8 @@ def _text(value: Any, field: str) -> str | None:
 def header_key(headers: Headers, name: str) -> str | None:
     """The key in Debezium's ``__debezium.oldkey`` / ``newkey`` header as compact JSON text of its
     fields (the payload of Kafka Connect's ``{schema, payload}`` form), or None without the header."""
+    if not headers:
+        return None
     raw = next((value for key, value in reversed(headers) if key == name), None)
     if raw is None:
         return None

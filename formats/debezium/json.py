@@ -145,6 +145,10 @@ class DebeziumJsonDecoder(Decoder):
         self._by_connect_schema: LruCache[bytes, tuple[RowConverter, Schema]] = LruCache(SCHEMA_CACHE_SIZE)
         #: Schema blocks seen, as the bytes they open their messages with (most recent first).
         self._blocks: list[_Block] = []
+        #: The last schema block converted, its converter and columns; then its JSON text: the messages
+        #: of a block share its one parsed object.
+        self._converted: tuple[Any, RowConverter, Schema] | None = None
+        self._schema_text: tuple[Any, str] | None = None
         self._builder = ChangeBuilder(
             config.mode, config.unavailable, config.key_columns, NAME, config.metadata
         )
@@ -239,7 +243,11 @@ class DebeziumJsonDecoder(Decoder):
     ) -> dict[str, Any]:
         if not self.config.metadata:
             return {}
-        schema_text = _schema_json(schema_block) if schema_block is not None else None
+        schema_text = None
+        if schema_block is not None and "schema" in self.config.metadata:
+            if self._schema_text is None or self._schema_text[0] is not schema_block:
+                self._schema_text = (schema_block, _schema_json(schema_block))
+            schema_text = self._schema_text[1]
         return metadata_values(self.config.metadata, payload, missing, schema_text, message.headers)
 
     def _row_converter(self, schema_block: Any) -> RowConverter:
@@ -247,6 +255,9 @@ class DebeziumJsonDecoder(Decoder):
             if self._declared is None:
                 raise FieldError("schema", "the message has no schema block and no schema was declared")
             return self._declared
+        if self._converted is not None and self._converted[0] is schema_block:
+            rows, self.schema = self._converted[1], self._converted[2]
+            return rows
         value_schema = _value_struct(schema_block)
         try:
             fingerprint = orjson.dumps(value_schema)
@@ -257,6 +268,7 @@ class DebeziumJsonDecoder(Decoder):
             cached = self._connect_rows(value_schema)
             self._by_connect_schema.put(fingerprint, cached)
         rows, self.schema = cached  # a schema seen before may come back: its columns again
+        self._converted = (schema_block, rows, self.schema)
         return rows
 
     def _connect_rows(self, value_schema: Mapping[str, Any]) -> tuple[RowConverter, Schema]:

@@ -9,6 +9,7 @@ each block is parsed whole.
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,37 @@ def test_known_blocks_are_not_parsed_again_and_change_nothing(monkeypatch: pytes
         json.dumps(json.loads(m.value)["schema"], sort_keys=True) for m in messages() if m.value is not None
     }
     assert parsed_whole == len(blocks) < len(whole), (parsed_whole, len(blocks), len(whole))
+
+
+def test_one_decoder_over_alternating_blocks_gives_each_message_its_own_columns_and_schema() -> None:
+    """Messages of three tables interleaved through one decoder (a file or a topic of a whole
+    database): each block's converter and ``schema`` column text is its own, whichever came before."""
+    metadata = ("schema", "source.sequence", "op")
+    options = {**OPTIONS, "unavailable-values": "report"}  # no state carried from message to message
+
+    def rows(records: list[Message], *, shared: bool) -> list[tuple[str, dict[str, Any]]]:
+        decoder = resolve_format("debezium-json").create_decoder(options, metadata=metadata)
+        out = []
+        for message in records:
+            if not shared:
+                decoder = resolve_format("debezium-json").create_decoder(options, metadata=metadata)
+            out += [(change.kind.value, change.row) for change in decoder.decode_all([message]).changes]
+        return out
+
+    fast = rows(round_robin(messages()), shared=True)
+    alone = rows(round_robin(messages()), shared=False)  # a decoder of its own for each message
+    assert repr(fast) == repr(alone) and len(fast) > 20
+    names = [json.loads(row["schema"])["name"] for _, row in fast]
+    assert len(set(names)) == 3 and sum(a != b for a, b in itertools.pairwise(names)) > 10, names
+
+
+def round_robin(records: list[Message]) -> list[Message]:
+    """One message of each table in turn (the tables' own orders kept)."""
+    by_topic: dict[str | None, list[Message]] = {}
+    for message in records:
+        by_topic.setdefault(message.topic, []).append(message)
+    turns = itertools.zip_longest(*by_topic.values())
+    return [message for turn in turns for message in turn if message is not None]
 
 
 def test_a_message_after_its_block_that_is_not_json_fails_as_before() -> None:
