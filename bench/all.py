@@ -9,10 +9,10 @@ the default ``unavailable-values=fill`` and with ``report``) and bench/ingest_da
 of 20 tables in one job against a job per table). Each bench interleaves its contenders (A B A B),
 leaves its warm-up round out and measures ≥ 3 rounds; the table shows each contender's median rate,
 its ratio to the comparison's baseline (median time over median time) and the ratio of every round.
-Spark's Declarative Pipelines ``create_auto_cdc_flow`` does not run on stock Spark + Delta Lake: see
-docs/performance.md.
+bench/auto_cdc.py tries Spark's Declarative Pipelines ``create_auto_cdc_flow`` into Delta Lake: where
+Spark refuses it, the table says why.
 
-    .venv/bin/python bench/all.py [--rounds 3] [--only ingest,kafka_spark,ingest_database]
+    .venv/bin/python bench/all.py [--rounds 3] [--only ingest,kafka_spark,ingest_database,auto_cdc]
         [--markdown FILE]
 """
 
@@ -35,6 +35,7 @@ BENCHES: dict[str, list[list[str]]] = {
     "ingest": [["ingest.py"]],
     "kafka_spark": [["kafka_spark.py"], ["kafka_spark.py", "--unavailable-values", "report"]],
     "ingest_database": [["ingest_database.py"]],
+    "auto_cdc": [["auto_cdc.py"]],
 }
 
 
@@ -74,6 +75,15 @@ def rows(comparisons: list[results.Comparison]) -> list[list[str]]:
     table = []
     for comparison in comparisons:
         for contender in comparison.seconds:
+            if not comparison.measured(contender):
+                table.append(
+                    [comparison.name, contender, "-", "-", comparison.notes.get(contender, "not run")]
+                )
+                continue
+            if not comparison.measured(comparison.baseline):
+                shown = f"{comparison.rate(contender):,.0f} {comparison.unit}"
+                table.append([comparison.name, contender, shown, "-", "no baseline to compare with"])
+                continue
             rate = comparison.rate(contender)
             shown = f"{rate:,.0f} {comparison.unit}"
             if comparison.bytes:
