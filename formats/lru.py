@@ -48,6 +48,16 @@ class LruCache(Generic[K, V]):
     def pop(self, key: K) -> None:
         self._entries.pop(key, None)
 
+    def entries(self) -> OrderedDict[K, V]:
+        """A copy of the entries, least recently used first."""
+        return OrderedDict(self._entries)
+
+    def replace(self, entries: OrderedDict[K, V]) -> None:
+        """Hold ``entries`` (least recently used first, at most ``size``; taken, not copied) instead."""
+        self._entries = entries
+        if len(entries) > self.size:
+            raise ValueError(f"{len(self._entries)} entries for an LRU cache of {self.size}")
+
     def __len__(self) -> int:
         return len(self._entries)
 

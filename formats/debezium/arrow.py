@@ -237,13 +237,13 @@ class ColumnarDecoder:
         if keys is not None:
             if self.fill_state is None:
                 return None
-            found = state_keys([keys[int(i)] for i in block.positions])
+            found = state_keys(_at(keys, block.positions))
             if found is None:
                 return None
         if len(block.positions) == 0:
             return ColumnarBatch(_empty(self._output), pa.array([], pa.int64()), 0, len(block.offsets) - 1)
         if headers is not None:
-            headers = [headers[int(i)] for i in block.positions]
+            headers = _at(headers, block.positions)
         if self._postgres:
             try:
                 return self._parsed(block, headers, found, postgres=True)
@@ -377,6 +377,13 @@ def _expand(codes: npt.NDArray[np.int8], *, upsert: bool = False) -> tuple[Posit
     first_row = np.cumsum(rows_per_message) - rows_per_message
     kinds[first_row[codes == _UPDATE] + 1] = 2
     return message, kinds
+
+
+def _at(items: Sequence[Any], positions: Positions) -> list[Any]:
+    """The items of the messages at ``positions`` (all of them when no message was blank)."""
+    if len(positions) == len(items):
+        return list(items)  # the positions are 0..n-1
+    return [items[i] for i in positions.tolist()]
 
 
 def _empty(schema: pa.Schema) -> pa.RecordBatch:

@@ -10,14 +10,17 @@ Only text columns are kept for a key: they are the ones a placeholder can stand 
 
 from __future__ import annotations
 
+import itertools
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.json as pa_json
 
 from cdcflow.formats.debezium.envelope import fields_key
 from cdcflow.formats.debezium.json import state_key_fields
@@ -33,6 +36,9 @@ def state_keys(keys: Sequence[bytes | None]) -> list[StateKey] | None:
     """The filling-state key of each message, as :meth:`.envelope.ChangeBuilder.state_key` makes it from
     the Kafka key (None: no key, or not a JSON object); None when a key is nested too deep (the
     per-record decoder fails that message)."""
+    flat = _one_field_keys(keys)
+    if flat is not None:
+        return flat
     known: dict[bytes, StateKey] = {}
     found: list[StateKey] = []
     for key in keys:
@@ -46,6 +52,31 @@ def state_keys(keys: Sequence[bytes | None]) -> list[StateKey] | None:
                 return None
         found.append(known[key])
     return found
+
+
+def _one_field_keys(keys: Sequence[bytes | None]) -> list[StateKey] | None:
+    """The state keys of a block whose keys are all JSON objects of one integer or text field
+    (``{"id":42}``, as Kafka Connect's JsonConverter writes a one-column key without its schema), read
+    by Arrow at once; None for any other block (a key missing, blank, wrapped with its schema, of
+    several fields or another type), which is read key by key."""
+    if not keys or None in keys:
+        return None
+    joined = b"\n".join(cast(list[bytes], keys))
+    if joined.count(b"\n") != len(keys) - 1 or not joined.startswith(b"{"):
+        return None  # a key spans lines: not one JSON document per line
+    try:
+        table = pa_json.read_json(
+            pa.py_buffer(joined),
+            read_options=pa_json.ReadOptions(use_threads=False, block_size=len(joined) + 1),
+        )
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None  # not JSON, a field named twice, types that differ from key to key
+    if table.num_rows != len(keys) or table.num_columns != 1:
+        return None
+    column = table.column(0)
+    if column.null_count or not (pa.types.is_int64(column.type) or pa.types.is_string(column.type)):
+        return None  # a null, a number beyond 64 bits or with a fraction, a nested value: as orjson reads it
+    return list(zip(itertools.repeat(table.column_names[0]), column.to_pylist()))  # fields_key's pairs
 
 
 @dataclass
@@ -69,22 +100,30 @@ def fill_from_keys(
     checked: Sequence[bool],
 ) -> KeyedFill:
     """``afters``: each column's after images (a message per row), ``missing[m, c]``: message ``m``'s
-    column ``c`` is a placeholder its before image did not fill; ``deletes``: which messages are deletes."""
+    column ``c`` is a placeholder its before image did not fill; ``deletes``: which messages are deletes.
+
+    The state's keys are followed message by message as the per-record decoder changes them (a message
+    makes its key the most recent, a delete drops it, the least recent goes beyond the state's size), so
+    a key the per-record decoder would have forgotten by a message fills nothing there; the values are
+    written once, by :meth:`KeyedFill.commit`."""
     patches: dict[int, dict[int, Any]] = {}  # column -> message -> value
     last_of: dict[StateKey, int] = {}
     wanting: npt.NDArray[np.bool_] = np.asarray(missing.any(axis=1), dtype=np.bool_)
     filled = 0
+    # The state as this block leaves it; a value None: the key's last message here writes it at commit.
+    order = cast("OrderedDict[StateKey, dict[str, Any] | None]", images.entries())
+    move, evict, size = order.move_to_end, order.popitem, images.size
+    wanted = set(np.flatnonzero(wanting).tolist())
+    dropping = deletes.tolist()
     for message, key in enumerate(keys):
         if key is None:
             continue
-        if wanting[message]:
-            previous = last_of.get(key)
-            stored = images.get(key) if previous is None else None
+        if message in wanted and key in order:
+            previous = last_of.get(key)  # in this block, and no delete since: the key is in the state
+            stored = order[key] if previous is None else None
             for column in np.flatnonzero(missing[message]).tolist():
                 if previous is None:
                     value = UNAVAILABLE if stored is None else stored.get(names[column], UNAVAILABLE)
-                elif deletes[previous]:
-                    value = UNAVAILABLE  # the delete dropped the key's state
                 else:
                     value = _value(afters, missing, patches, previous, column)
                 if value is not UNAVAILABLE:
@@ -92,30 +131,51 @@ def fill_from_keys(
                     missing[message, column] = False
                     filled += 1
         last_of[key] = message
+        if dropping[message]:
+            order.pop(key, None)
+            continue
+        order[key] = None
+        move(key)
+        if len(order) > size:
+            evict(last=False)
     patched = list(afters)
     for column, values in patches.items():
         mask = np.zeros(len(afters[column]), dtype=np.bool_)
-        order = sorted(values)
-        mask[order] = True
-        replacements = pa.array([values[m] for m in order], afters[column].type)
+        ordered = sorted(values)
+        mask[ordered] = True
+        replacements = pa.array([values[m] for m in ordered], afters[column].type)
         patched[column] = pc.replace_with_mask(afters[column], pa.array(mask), replacements)
 
     def commit() -> None:
         text = [c for c, is_text in enumerate(checked) if is_text]
-        kept = [k for k, _ in sorted(last_of.items(), key=lambda item: item[1])]
-        at = pa.array([last_of[k] for k in kept], pa.int64())
-        columns = {c: patched[c].take(at).to_pylist() for c in text}
-        for index, key in enumerate(kept):
-            message = last_of[key]
-            if deletes[message]:
-                images.pop(key)
-                continue
-            images.put(
-                key,
-                {names[c]: UNAVAILABLE if missing[message, c] else columns[c][index] for c in text},
-            )
+        text_names = [names[c] for c in text]
+        written = [key for key in last_of if key in order]  # their last message put them
+        at = np.fromiter((last_of[key] for key in written), dtype=np.int64, count=len(written))
+        columns = [patched[c].take(pa.array(at)).to_pylist() for c in text]
+        rows = _rows(text_names, columns, len(written))
+        for index, column in zip(*np.nonzero(missing[at][:, text]), strict=True):
+            rows[int(index)][text_names[int(column)]] = UNAVAILABLE
+        order.update(zip(written, rows, strict=True))  # in place: the order stays
+        images.replace(cast("OrderedDict[Hashable, dict[str, Any]]", order))
 
     return KeyedFill(patched, missing, filled, commit)
+
+
+def _rows(names: list[str], columns: list[list[Any]], count: int) -> list[dict[str, Any]]:
+    """A dict per row of ``columns``, named ``names`` (dict displays for the usual one to three text
+    columns: a quarter of ``dict(zip(...))``'s time, paid for each key of each block)."""
+    if len(names) == 1:
+        (a,), (xs,) = names, columns
+        return [{a: x} for x in xs]
+    if len(names) == 2:
+        (a, b), (xs, ys) = names, columns
+        return [{a: x, b: y} for x, y in zip(xs, ys, strict=True)]
+    if len(names) == 3:
+        (a, b, c), (xs, ys, zs) = names, columns
+        return [{a: x, b: y, c: z} for x, y, z in zip(xs, ys, zs, strict=True)]
+    if not names:
+        return [{} for _ in range(count)]
+    return [dict(zip(names, values, strict=True)) for values in zip(*columns, strict=True)]
 
 
 def _value(

@@ -428,8 +428,14 @@ class ChangeBuilder:
 
 
 def fields_key(fields: Mapping[str, Any] | None) -> Hashable | None:
-    """The filling state's key of a Kafka key's fields (None: there are none)."""
-    return tuple((k, _hashable(v)) for k, v in fields.items()) if fields else None
+    """The filling state's key of a Kafka key's fields (None: there are none): ``(name, value)`` for one
+    field, else a tuple of those pairs (never equal: a pair starts with a name, a tuple with a pair)."""
+    if not fields:
+        return None
+    if len(fields) == 1:
+        ((name, value),) = fields.items()
+        return (name, _hashable(value))
+    return tuple((k, _hashable(v)) for k, v in fields.items())
 
 
 def image(rows: RowConverter, value: Any, field: str, shape: str = "a JSON object") -> Row | None:

@@ -33,6 +33,7 @@ from cdcflow.connectors.spark.decode import BatchDecoder
 from cdcflow.connectors.spark.read_plan import plan_read
 from cdcflow.formats import DecodeError, DecodeOutput, Decoder, Message, Schema, parse_ddl, resolve_format
 from cdcflow.formats.base import Headers
+from cdcflow.formats.debezium import envelope as envelope_module
 from cdcflow.formats.debezium.arrow import ColumnarBatch, ColumnarDecoder
 
 FORMATS_TESTS = Path(__file__).parents[1] / "formats"
@@ -249,13 +250,19 @@ def keyed_stream(seed: int, messages: int = 400) -> list[tuple[bytes | None, byt
     return stream
 
 
+@pytest.mark.parametrize("state_keys", [None, 5], ids=["state-holds-all", "state-forgets"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_keyed_messages_fill_toast_values_in_columns_as_the_per_record_state_does(seed: int) -> None:
+def test_keyed_messages_fill_toast_values_in_columns_as_the_per_record_state_does(
+    seed: int, state_keys: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``unavailable-values=fill`` (the default) with Kafka keys: the columnar path fills placeholders
     from the key's earlier message in the block or from the per-record decoder's state, which it shares
     and updates; blocks of any size, in sequence, some through the shared per-record decoder (as a block
     the columnar path refuses goes), equal the per-record decoder's changelog of the whole stream, on
-    both entry points."""
+    both entry points. With a state of 5 keys (12 in the stream) keys are forgotten as the per-record
+    decoder forgets them, deletes and evictions interleaved."""
+    if state_keys is not None:
+        monkeypatch.setattr(envelope_module, "FILL_STATE_KEYS", state_keys)
     stream = keyed_stream(seed)
     reference = Pair(PRODUCTS)
     expected = reference.per_record_keyed(stream)
