@@ -8,7 +8,7 @@ decide how many distinct entries there are, so every such cache has a fixed size
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from typing import Generic, TypeVar
 
 K = TypeVar("K", bound=Hashable)
@@ -51,6 +51,22 @@ class LruCache(Generic[K, V]):
     def entries(self) -> OrderedDict[K, V]:
         """A copy of the entries, least recently used first."""
         return OrderedDict(self._entries)
+
+    def put_all(self, keys: Sequence[K], values: Sequence[V]) -> None:
+        """:meth:`put` each of ``keys`` (distinct) its value, in order: what the cache then holds is its
+        newest entries that are not among ``keys``, then the last of ``keys``, ``size`` in all."""
+        keep = self.size - len(keys)
+        kept: list[K] = []
+        if keep > 0:
+            fresh = set(keys)
+            for key in reversed(self._entries):
+                if key not in fresh:
+                    kept.append(key)
+                    if len(kept) == keep:
+                        break
+        entries = OrderedDict((key, self._entries[key]) for key in reversed(kept))
+        entries.update(zip(keys[-self.size :], values[-self.size :], strict=True))
+        self._entries = entries
 
     def replace(self, entries: OrderedDict[K, V]) -> None:
         """Hold ``entries`` (least recently used first, at most ``size``; taken, not copied) instead."""

@@ -10,6 +10,7 @@ Only text columns are kept for a key: they are the ones a placeholder can stand 
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
@@ -106,6 +107,10 @@ def fill_from_keys(
     makes its key the most recent, a delete drops it, the least recent goes beyond the state's size), so
     a key the per-record decoder would have forgotten by a message fills nothing there; the values are
     written once, by :meth:`KeyedFill.commit`."""
+    if not missing.any() and not deletes.any():  # nothing to fill, no key dropped: only the last writes
+        return KeyedFill(
+            list(afters), missing, 0, functools.partial(_write, images, keys, afters, names, checked)
+        )
     patches: dict[int, dict[int, Any]] = {}  # column -> message -> value
     last_of: dict[StateKey, int] = {}
     wanting: npt.NDArray[np.bool_] = np.asarray(missing.any(axis=1), dtype=np.bool_)
@@ -159,6 +164,25 @@ def fill_from_keys(
         images.replace(cast("OrderedDict[Hashable, dict[str, Any]]", order))
 
     return KeyedFill(patched, missing, filled, commit)
+
+
+def _write(
+    images: Images,
+    keys: Sequence[StateKey],
+    afters: list[pa.Array],
+    names: Sequence[str],
+    checked: Sequence[bool],
+) -> None:
+    """The state after a block of writes only: each key's last image, by its last message."""
+    last_of = {key: message for message, key in enumerate(keys) if key is not None}
+    written = list(last_of)
+    if len(written) != len(keys) - list(keys).count(None):  # a key came again: order by its last message
+        written.sort(key=last_of.__getitem__)
+    written = written[-images.size :]
+    at = pa.array(np.fromiter(map(last_of.__getitem__, written), dtype=np.int64, count=len(written)))
+    text = [c for c, is_text in enumerate(checked) if is_text]
+    columns = [afters[c].take(at).to_pylist() for c in text]
+    images.put_all(written, _rows([names[c] for c in text], columns, len(written)))
 
 
 def _rows(names: list[str], columns: list[list[Any]], count: int) -> list[dict[str, Any]]:

@@ -3,6 +3,8 @@ and a Canal message with no row is counted, never silently dropped."""
 
 from __future__ import annotations
 
+import random
+
 import orjson
 import pytest
 
@@ -108,6 +110,27 @@ def test_toast_fill_state_keeps_the_last_keys_and_reports_beyond_them() -> None:
     assert unchanged(keys - 1)["body"] == f"b{keys - 1}"  # a recent key: filled
     forgotten = unchanged(0)  # the least recently changed key is gone: reported, not filled
     assert forgotten["body"] is None and forgotten["unavailable_columns"] == ["body"]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_putting_distinct_keys_at_once_leaves_what_putting_them_one_by_one_does(seed: int) -> None:
+    """The columnar TOAST fill writes a block's keys at once (``put_all``); the per-record decoder puts
+    them one by one: both leave the same entries in the same order, whatever was there and whatever
+    the sizes."""
+    rng = random.Random(seed)  # noqa: S311 - test data
+    size = rng.randint(1, 8)
+    one_by_one: LruCache[int, int] = LruCache(size)
+    at_once: LruCache[int, int] = LruCache(size)
+    for _ in range(6):
+        for key in rng.sample(range(20), rng.randint(0, 6)):  # what earlier blocks left
+            one_by_one.put(key, -key)
+            at_once.put(key, -key)
+        keys = rng.sample(range(20), rng.randint(0, 12))
+        values = [rng.randint(0, 99) for _ in keys]
+        for key, value in zip(keys, values, strict=True):
+            one_by_one.put(key, value)
+        at_once.put_all(keys, values)
+        assert list(at_once.entries().items()) == list(one_by_one.entries().items())
 
 
 def test_lru_cache_rejects_a_size_below_one() -> None:
