@@ -70,9 +70,9 @@ class LruCache(Generic[K, V]):
 
     def replace(self, entries: OrderedDict[K, V]) -> None:
         """Hold ``entries`` (least recently used first, at most ``size``; taken, not copied) instead."""
-        self._entries = entries
         if len(entries) > self.size:
-            raise ValueError(f"{len(self._entries)} entries for an LRU cache of {self.size}")
+            raise ValueError(f"{len(entries)} entries for an LRU cache of {self.size}")
+        self._entries = entries
 
     def __len__(self) -> int:
         return len(self._entries)

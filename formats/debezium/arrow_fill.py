@@ -63,8 +63,8 @@ def _one_field_keys(keys: Sequence[bytes | None]) -> list[StateKey] | None:
     if not keys or None in keys:
         return None
     joined = b"\n".join(cast(list[bytes], keys))
-    if joined.count(b"\n") != len(keys) - 1 or not joined.startswith(b"{"):
-        return None  # a key spans lines: not one JSON document per line
+    if joined.count(b"\n") != len(keys) - 1 or joined.count(b"\n{") != len(keys) - 1 or joined[:1] != b"{":
+        return None  # a key spans lines, is blank or opens with blanks: not one JSON object per line
     try:
         table = pa_json.read_json(
             pa.py_buffer(joined),
@@ -74,10 +74,13 @@ def _one_field_keys(keys: Sequence[bytes | None]) -> list[StateKey] | None:
         return None  # not JSON, a field named twice, types that differ from key to key
     if table.num_rows != len(keys) or table.num_columns != 1:
         return None
-    column = table.column(0)
-    if column.null_count or not (pa.types.is_int64(column.type) or pa.types.is_string(column.type)):
-        return None  # a null, a number beyond 64 bits or with a fraction, a nested value: as orjson reads it
-    return list(zip(itertools.repeat(table.column_names[0]), column.to_pylist()))  # fields_key's pairs
+    try:  # Arrow's reader lets invalid UTF-8 through, in a name or a value; orjson refuses it
+        name, column = table.column_names[0], table.column(0)
+        if column.null_count or not (pa.types.is_int64(column.type) or pa.types.is_string(column.type)):
+            return None  # a null, a number beyond 64 bits or with a fraction, a nested value
+        return list(zip(itertools.repeat(name), column.to_pylist()))  # fields_key's pairs
+    except UnicodeDecodeError:
+        return None
 
 
 @dataclass

@@ -35,6 +35,8 @@ from cdcflow.formats import DecodeError, DecodeOutput, Decoder, Message, Schema,
 from cdcflow.formats.base import Headers
 from cdcflow.formats.debezium import envelope as envelope_module
 from cdcflow.formats.debezium.arrow import ColumnarBatch, ColumnarDecoder
+from cdcflow.formats.debezium.arrow_fill import state_keys
+from cdcflow.formats.debezium.json import state_key_fields
 
 FORMATS_TESTS = Path(__file__).parents[1] / "formats"
 RECORDED = FORMATS_TESTS / "recorded" / "postgres" / "no-schemas.jsonl"
@@ -295,6 +297,30 @@ def test_keyed_messages_fill_toast_values_in_columns_as_the_per_record_state_doe
         assert rows == expected.rows, entry
         assert (sum(counts[0::2]), sum(counts[1::2])) == (expected.filled, expected.unfilled), entry
         assert columnar >= blocks // 2 and blocks >= 5, (entry, columnar, blocks)
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        [b'{"id":1}', b'{"id":-0}', b'{"id":"caf\\u00e9"}'],
+        [b'{"id":"caf\xe9"}', b'{"id":"ok"}'],  # invalid UTF-8: orjson refuses it, Arrow does not
+        [b'{"\xff":1}', b'{"\xff":2}'],
+        [b'{"id":1} {"id":2}', b""],  # two documents and a blank key: as many lines as keys
+        [b'{"id":1}{"id":2}', b" "],
+        [b' {"id":1}', b'{"id":2}'],
+        [b'{"id":1}', None, b'{"id":1}'],
+        [b'{"id":1.5}', b'{"id":2}'],
+        [b'{"id":99999999999999999999}'],
+        [b'{"a":1,"b":2}', b'{"b":2,"a":1}'],
+        [b'{"schema":{"type":"int32"},"payload":{"id":7}}'],
+        [b"[1]", b'{"id":1}'],
+    ],
+)
+def test_a_blocks_state_keys_are_the_per_record_decoders(keys: list[bytes | None]) -> None:
+    """The keys of a block read at once give each message the state key the per-record decoder makes
+    from the same bytes (None where it keeps no state), whatever the bytes."""
+    expected = [envelope_module.fields_key(state_key_fields(key)) for key in keys]
+    assert state_keys(keys) == expected
 
 
 def test_real_postgres_events_fill_toast_values_in_columns_as_per_record() -> None:
