@@ -110,18 +110,18 @@ def fill_from_keys(
     makes its key the most recent, a delete drops it, the least recent goes beyond the state's size), so
     a key the per-record decoder would have forgotten by a message fills nothing there; the values are
     written once, by :meth:`KeyedFill.commit`."""
+    text = [c for c, is_text in enumerate(checked) if is_text]
     if not missing.any() and not deletes.any():  # nothing to fill, no key dropped: only the last writes
         return KeyedFill(
-            list(afters), missing, 0, functools.partial(_write, images, keys, afters, names, checked)
+            list(afters), missing, 0, functools.partial(_write, images, keys, afters, names, text)
         )
     patches: dict[int, dict[int, Any]] = {}  # column -> message -> value
     last_of: dict[StateKey, int] = {}
-    wanting: npt.NDArray[np.bool_] = np.asarray(missing.any(axis=1), dtype=np.bool_)
     filled = 0
     # The state as this block leaves it; a value None: the key's last message here writes it at commit.
     order = cast("OrderedDict[StateKey, dict[str, Any] | None]", images.entries())
     move, evict, size = order.move_to_end, order.popitem, images.size
-    wanted = set(np.flatnonzero(wanting).tolist())
+    wanted = set(np.flatnonzero(missing.any(axis=1)).tolist())
     dropping = deletes.tolist()
     for message, key in enumerate(keys):
         if key is None:
@@ -155,14 +155,11 @@ def fill_from_keys(
         patched[column] = pc.replace_with_mask(afters[column], pa.array(mask), replacements)
 
     def commit() -> None:
-        text = [c for c, is_text in enumerate(checked) if is_text]
-        text_names = [names[c] for c in text]
         written = [key for key in last_of if key in order]  # their last message put them
         at = np.fromiter((last_of[key] for key in written), dtype=np.int64, count=len(written))
-        columns = [patched[c].take(pa.array(at)).to_pylist() for c in text]
-        rows = _rows(text_names, columns, len(written))
+        rows = _images(patched, names, text, at)
         for index, column in zip(*np.nonzero(missing[at][:, text]), strict=True):
-            rows[int(index)][text_names[int(column)]] = UNAVAILABLE
+            rows[int(index)][names[text[int(column)]]] = UNAVAILABLE
         order.update(zip(written, rows, strict=True))  # in place: the order stays
         images.replace(cast("OrderedDict[Hashable, dict[str, Any]]", order))
 
@@ -170,11 +167,7 @@ def fill_from_keys(
 
 
 def _write(
-    images: Images,
-    keys: Sequence[StateKey],
-    afters: list[pa.Array],
-    names: Sequence[str],
-    checked: Sequence[bool],
+    images: Images, keys: Sequence[StateKey], afters: list[pa.Array], names: Sequence[str], text: list[int]
 ) -> None:
     """The state after a block of writes only: each key's last image, by its last message."""
     last_of = {key: message for message, key in enumerate(keys) if key is not None}
@@ -182,10 +175,16 @@ def _write(
     if len(written) != len(keys) - list(keys).count(None):  # a key came again: order by its last message
         written.sort(key=last_of.__getitem__)
     written = written[-images.size :]
-    at = pa.array(np.fromiter(map(last_of.__getitem__, written), dtype=np.int64, count=len(written)))
-    text = [c for c, is_text in enumerate(checked) if is_text]
-    columns = [afters[c].take(at).to_pylist() for c in text]
-    images.put_all(written, _rows([names[c] for c in text], columns, len(written)))
+    at = np.fromiter(map(last_of.__getitem__, written), dtype=np.int64, count=len(written))
+    images.put_all(written, _images(afters, names, text, at))
+
+
+def _images(
+    afters: list[pa.Array], names: Sequence[str], text: list[int], at: npt.NDArray[np.int64]
+) -> list[dict[str, Any]]:
+    """The state's image of each message at ``at``: its ``text`` columns by name."""
+    taken = pa.array(at)
+    return _rows([names[c] for c in text], [afters[c].take(taken).to_pylist() for c in text], len(at))
 
 
 def _rows(names: list[str], columns: list[list[Any]], count: int) -> list[dict[str, Any]]:
