@@ -47,6 +47,7 @@ from cdcflow.formats.debezium.arrow_columns import (
     validity,
 )
 from cdcflow.formats.debezium.arrow_fill import Images, StateKey, fill_from_keys, state_keys
+from cdcflow.formats.debezium.arrow_payloads import Payloads
 from cdcflow.formats.debezium.envelope import (
     KEY_HEADERS,
     DebeziumMode,
@@ -83,7 +84,8 @@ class ColumnarBatch:
 
 
 class ColumnarDecoder:
-    """Decodes blocks of Debezium JSON envelopes (no schema block) into changelog record batches.
+    """Decodes blocks of Debezium JSON envelopes into changelog record batches (under ``schema-include``
+    the envelopes of Connect's ``{schema, payload}`` messages, see :mod:`.arrow_payloads`).
 
     Build it with :meth:`for_decoder`; it pickles to its plan, for Spark's executors.
     """
@@ -99,6 +101,7 @@ class ColumnarDecoder:
         metadata: tuple[str, ...] = (),
         reports: bool = False,
         key_columns: tuple[str, ...] = (),
+        payloads: Payloads | None = None,
     ) -> None:
         self.columns = columns
         self.physical = physical
@@ -111,6 +114,8 @@ class ColumnarDecoder:
         """A placeholder (unchanged TOAST) is NULL and listed in ``unavailable-columns``, unless the
         event's before image has the value."""
         self.key_columns = key_columns
+        self.payloads = payloads
+        """``schema-include``: the messages' schema blocks, stripped before Arrow's reader sees them."""
         self.fill_state: Images | None = None
         """The per-record decoder's filling state, shared (``keyed_state``): set by :meth:`for_decoder`;
         without it a block with keys goes through the per-record decoder."""
@@ -146,6 +151,7 @@ class ColumnarDecoder:
             self.metadata,
             self.reports,
             self.key_columns,
+            self.payloads,
         )
 
     @classmethod
@@ -154,13 +160,13 @@ class ColumnarDecoder:
     ) -> ColumnarDecoder | None:
         """The columnar twin of ``decoder`` producing ``physical`` (Spark's Arrow schema of the declared
         columns, then the metadata columns), or None when its configuration has no columnar path: not
-        ``debezium-json``, the schema-include form, metadata other than the position, timestamps, key
-        headers and unavailable columns, key columns that index the TOAST-filling state, or a column
+        ``debezium-json``, metadata other than the position, timestamps, key headers and unavailable
+        columns, key columns that index the TOAST-filling state, or a column
         type this path does not read (DECIMAL, BINARY, nested types)."""
         if not isinstance(decoder, DebeziumJsonDecoder):
             return None
         config = decoder.config
-        if config.schema is None or config.schema_include or not set(config.metadata) <= SUPPORTED:
+        if config.schema is None or not set(config.metadata) <= SUPPORTED:
             return None
         fill = config.unavailable is UnavailableHandling.FILL
         if fill and config.key_columns:
@@ -186,6 +192,11 @@ class ColumnarDecoder:
             metadata=tuple(config.metadata),
             reports=reports,
             key_columns=tuple(config.key_columns),
+            payloads=(
+                Payloads(config.schema, fail_on_new_columns=config.fail_on_new_columns)
+                if config.schema_include
+                else None
+            ),
         )
         columnar.fill_state = decoder.fill_state
         return columnar
@@ -203,9 +214,10 @@ class ColumnarDecoder:
         key's last image fills unchanged TOAST values; the block reads and updates that state, which
         it shares with the per-record decoder (:mod:`.arrow_fill`).
         """
+        block = self._block(values)
         if self.keyed_state and keys is not None and any(key is not None for key in keys):
-            return self._decode(Block.of_values(values), headers, keys)
-        return self._decode(Block.of_values(values), headers)
+            return self._decode(block, headers, keys)
+        return self._decode(block, headers)
 
     def decode_array(
         self, values: pa.Array, keys: pa.Array | None = None, headers: Sequence[Headers] | None = None
@@ -216,14 +228,26 @@ class ColumnarDecoder:
             if self.keyed_state and keys is not None and keys.null_count < len(keys)
             else None
         )
-        if not (pa.types.is_binary(values.type) or pa.types.is_large_binary(values.type)):
-            return self._decode(Block.of_values(values.to_pylist()), headers, keyed)
+        if self.payloads is not None or not (
+            pa.types.is_binary(values.type) or pa.types.is_large_binary(values.type)
+        ):
+            return self._decode(self._block(values.to_pylist()), headers, keyed)
         return self._decode(Block.of_array(values), headers, keyed)
 
     def decode_lines(self, block: bytes) -> ColumnarBatch | None:
         """:meth:`decode` of the lines of ``block`` (a chunk of a file of messages, one per line, as the
         file reader splits it: no line break, blank lines skipped); ``message_index`` counts lines."""
-        return self._decode(Block.of_lines(block))
+        if self.payloads is None:
+            return self._decode(Block.of_lines(block))
+        envelopes = self.payloads.of_lines(block)
+        return self._decode(Block.of_values(envelopes) if envelopes is not None else None)
+
+    def _block(self, values: Sequence[bytes | None]) -> Block | None:
+        """The messages ``values`` (their envelopes under ``schema-include``) as one block."""
+        if self.payloads is None:
+            return Block.of_values(values)
+        envelopes = self.payloads.of(values)
+        return Block.of_values(envelopes) if envelopes is not None else None
 
     def _decode(
         self,
@@ -404,6 +428,7 @@ def _rebuild(
     metadata: tuple[str, ...],
     reports: bool,
     key_columns: tuple[str, ...],
+    payloads: Payloads | None,
 ) -> ColumnarDecoder:
     return ColumnarDecoder(
         columns,
@@ -414,6 +439,7 @@ def _rebuild(
         metadata=metadata,
         reports=reports,
         key_columns=key_columns,
+        payloads=payloads,
     )
 
 

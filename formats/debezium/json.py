@@ -43,7 +43,7 @@ from cdcflow.formats.debezium.envelope import (
     metadata_values,
     output_schema,
 )
-from cdcflow.formats.errors import FieldError, FormatOptionError, SchemaError, excerpt
+from cdcflow.formats.errors import FieldError, FormatOptionError, NewColumnsError, SchemaError, excerpt
 from cdcflow.formats.json_decode import RowConverter, converter, json_text
 from cdcflow.formats.json_encode import (
     IGNORE_NULL_FIELDS,
@@ -59,7 +59,7 @@ from cdcflow.formats.options import OptionSet
 from cdcflow.formats.primary_keys import json_key_fields
 from cdcflow.formats.registry import FormatFactory
 from cdcflow.formats.source_tables import SourceTable, debezium_table
-from cdcflow.formats.types import INTEGER_KINDS, Schema
+from cdcflow.formats.types import INTEGER_KINDS, Schema, TypeKind
 
 NAME = "debezium-json"
 
@@ -184,17 +184,11 @@ class DebeziumJsonDecoder(Decoder):
         return decoded
 
     def _remember(self, value: bytes, envelope: Any) -> None:
-        """Keep the bytes ``value``'s schema block opens it with, when Kafka Connect's JsonConverter
-        wrote it (compact, ``schema`` first): messages opening with them have that block."""
-        schema = envelope.get("schema") if isinstance(envelope, dict) else None
-        if not isinstance(schema, dict):
-            return
-        try:
-            head = b'{"schema":' + orjson.dumps(schema) + b',"payload":'
-        except orjson.JSONEncodeError:
-            return
-        if value.startswith(head) and all(block.head != head for block in self._blocks):
-            self._blocks.insert(0, _Block(head, schema))
+        """Keep the bytes ``value``'s schema block opens it with (:func:`schema_head`): messages opening
+        with them have that block."""
+        head = schema_head(value, envelope)
+        if head is not None and all(block.head != head for block in self._blocks):
+            self._blocks.insert(0, _Block(head, envelope["schema"]))
             del self._blocks[SCHEMA_BLOCKS:]
 
     def decode_envelope(self, envelope: Any, message: Message, metrics: FormatMetrics) -> Decoded:
@@ -305,6 +299,42 @@ class DebeziumJsonDecoder(Decoder):
             chosen[column.name] = coerce_converter(convert, source, column.type, column.name)
         rows = RowConverter(declared, converters=chosen, unavailable=is_unavailable, enforce_not_null=True)
         return rows, self.schema
+
+
+def schema_head(value: bytes, envelope: Any) -> bytes | None:
+    """``{"schema":<block>,"payload":`` as ``value`` opens with it, when Kafka Connect's JsonConverter
+    wrote ``value`` (compact, ``schema`` first; ``envelope`` is ``value`` parsed); None otherwise."""
+    schema = envelope.get("schema") if isinstance(envelope, dict) else None
+    if not isinstance(schema, dict):
+        return None
+    try:
+        head = b'{"schema":' + orjson.dumps(schema) + b',"payload":'
+    except orjson.JSONEncodeError:
+        return None
+    return head if value.startswith(head) else None
+
+
+def converts_as_declared(declared: Schema, schema_block: Any, *, fail_on_new_columns: bool) -> bool:
+    """Whether messages with ``schema_block`` decode as their payloads alone do against ``declared``:
+    every declared column the block has is of its declared type there (the same converter), or an integer
+    the block writes as int32/int64 (read as the number either way), and the block is one
+    :meth:`DebeziumJsonDecoder._row_converter` accepts."""
+    try:
+        value_schema = _value_struct(schema_block)
+        physical, _ = connect.struct_columns(value_schema)
+        if fail_on_new_columns:
+            check_new_columns(declared, physical)
+    except (FieldError, SchemaError, NewColumnsError):
+        return False
+    raw_types = {f.get("field"): f.get("type") for f in value_schema.get("fields") or []}
+    for column in declared:
+        if column.name not in physical:
+            continue
+        if column.type.kind in INTEGER_KINDS and raw_types.get(column.name) in ("int32", "int64"):
+            continue
+        if physical.field(column.name).type != column.type or column.type.kind is TypeKind.DECIMAL:
+            return False
+    return True
 
 
 def _key_payload(key: bytes | None) -> dict[str, Any] | None:

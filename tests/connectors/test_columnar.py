@@ -36,10 +36,11 @@ from cdcflow.formats.base import Headers
 from cdcflow.formats.debezium import envelope as envelope_module
 from cdcflow.formats.debezium.arrow import ColumnarBatch, ColumnarDecoder
 from cdcflow.formats.debezium.arrow_fill import state_keys
-from cdcflow.formats.debezium.json import state_key_fields
+from cdcflow.formats.debezium.json import converts_as_declared, state_key_fields
 
 FORMATS_TESTS = Path(__file__).parents[1] / "formats"
 RECORDED = FORMATS_TESTS / "recorded" / "postgres" / "no-schemas.jsonl"
+RECORDED_BLOCKS = FORMATS_TESTS / "recorded" / "postgres" / "schemas.jsonl"
 PRODUCTS = "id INT NOT NULL, name STRING, description STRING, weight DOUBLE"
 
 
@@ -51,11 +52,15 @@ def _golden_cases() -> list[Any]:
         module = importlib.util.module_from_spec(spec)
         sys.modules["golden_cases"] = module
         spec.loader.exec_module(module)
-    return [
-        case
-        for case in module.all_cases()
-        if case.format == "debezium-json" and case.options.get("debezium-json.schema-include") != "true"
-    ]
+    return [case for case in module.all_cases() if case.format == "debezium-json" and _columnar(case)]
+
+
+def _columnar(case: Any) -> bool:
+    """Whether the case's columns have a columnar plan (the schema-include cases' DECIMAL, BINARY and
+    nested columns do not: they are read record by record)."""
+    decoder = resolve_format("debezium-json").create_decoder(case.options, case.schema, ())
+    physical = arrow_schema(struct_type(decoder.schema))
+    return ColumnarDecoder.for_decoder(decoder, physical) is not None
 
 
 @dataclass
@@ -182,17 +187,24 @@ def test_recorded_files_decode_as_per_record(case: Any) -> None:
     pair = Pair(case.schema, case.options)
     values = [message.value for message in case.messages()]
     result = pair.check(values)
-    # The columnar path takes every recorded file the per-record path reads without an error.
-    assert (result is None) == (pair.per_record(values) is None)
+    # The columnar path takes every recorded file the per-record path reads without an error, under
+    # schema-include those whose schema blocks give each declared column its declared type.
+    readable = pair.per_record(values) is not None
+    if case.options.get("debezium-json.schema-include") == "true":
+        blocks = [orjson.loads(value)["schema"] for value in values if value]
+        readable &= all(
+            converts_as_declared(case.schema, block, fail_on_new_columns=False) for block in blocks
+        )
+    assert (result is None) == (not readable)
     lines = pair.check_lines((FORMATS_TESTS / "testdata" / case.input).read_bytes())
     assert (lines is None) == (result is None)
     for value in values:
         pair.check([value])
 
 
-def _recorded_postgres() -> dict[str, list[tuple[bytes | None, bytes | None]]]:
+def _recorded_postgres(recording: Path = RECORDED) -> dict[str, list[tuple[bytes | None, bytes | None]]]:
     topics: dict[str, list[tuple[bytes | None, bytes | None]]] = {}
-    for line in RECORDED.read_text(encoding="utf-8").splitlines():
+    for line in recording.read_text(encoding="utf-8").splitlines():
         record = json.loads(line)
         key, value = (None if record[k] is None else record[k].encode() for k in ("key", "value"))
         topics.setdefault(record["topic"].rsplit(".", 1)[-1], []).append((key, value))
@@ -219,6 +231,68 @@ def test_real_postgres_events_decode_as_per_record() -> None:
             columnar += pair.check([value]) is not None
     # Placeholders, NaN/Infinity strings and the truncate go per record; the plain events do not.
     assert columnar >= 8
+
+
+def test_real_postgres_events_with_schema_blocks_decode_as_per_record() -> None:
+    """Kafka Connect's default JSON (``schemas.enable``: a schema block in every message): the columnar
+    path reads the envelopes under each block as the per-record decoder reads the messages, two tables'
+    blocks alternating too, from values and from a file's lines; it takes every message the path
+    without blocks takes of the same events."""
+    pair = Pair(POSTGRES_COLUMNS, {"unavailable-values": "report", "schema-include": "true"})
+    plain = Pair(POSTGRES_COLUMNS, {"unavailable-values": "report"})
+    with_blocks, without = _recorded_postgres(RECORDED_BLOCKS), _recorded_postgres()
+    types, full = ([value for _, value in with_blocks[table]] for table in ("cdc_types", "cdc_types_full"))
+    alternating = [value for both in zip(types, full, strict=True) for value in both]
+    for values in (types, full, alternating):
+        assert (pair.check(values) is None) == (
+            pair.check_lines(b"\n".join(v or b"" for v in values)) is None
+        )
+    columnar = 0
+    for table in ("cdc_types", "cdc_types_full"):
+        for (_, value), (_, bare) in zip(with_blocks[table], without[table], strict=True):
+            assert (pair.check([value]) is None) == (plain.check([bare]) is None)
+            columnar += pair.check([value]) is not None
+    assert columnar >= 8
+
+
+def test_a_schema_block_the_declared_columns_do_not_match_is_read_per_record() -> None:
+    """A block that gives a declared column another type (or, with new columns failing the job, has a
+    column not declared) leaves its messages to the per-record decoder, which reads the block."""
+    recorded = _recorded_postgres(RECORDED_BLOCKS)["cdc_small"]
+    small = [value for _, value in recorded if value and b'"op":"t"' not in value]  # a truncate: per record
+    # cdc_small has REPLICA IDENTITY DEFAULT: no before images
+    include = {"schema-include": "true", "changelog-mode": "upsert"}
+    assert Pair("id INT NOT NULL, label STRING", include).check(small) is not None
+    assert Pair("id INT NOT NULL, label STRING", include).check_lines(b"\n".join(small)) is not None
+    assert Pair("id BIGINT NOT NULL, label STRING", include).check(small) is not None  # int32: the number
+    assert Pair("id SMALLINT NOT NULL, label STRING", include).check(small) is not None
+    assert Pair("id INT NOT NULL, label DATE", include).check(small) is None
+    assert Pair("id INT NOT NULL", include).check(small) is not None
+    # A block's microseconds read as a declared TIMESTAMP(3)'s milliseconds would be 1,000 times off.
+    types = [value for _, value in _recorded_postgres(RECORDED_BLOCKS)["cdc_types"] if value]
+    millis = POSTGRES_COLUMNS.replace("c_timestamp TIMESTAMP_NTZ(6)", "c_timestamp TIMESTAMP_NTZ(3)")
+    for value in types:
+        assert Pair(millis, {"schema-include": "true", "unavailable-values": "report"}).check([value]) is None
+    schema = parse_ddl("id INT NOT NULL")
+    failing = resolve_format("debezium-json").create_decoder(include, schema, ()).failing_on_new_columns()
+    columnar = ColumnarDecoder.for_decoder(failing, arrow_schema(struct_type(schema)))
+    assert columnar is not None
+    assert columnar.decode(small) is None
+    assert pickle.loads(pickle.dumps(columnar)).decode(small) is None
+
+
+def test_messages_without_a_schema_block_under_schema_include_are_read_per_record() -> None:
+    pair = Pair(PRODUCTS, {"schema-include": "true"})
+    types = {"id": "int32", "name": "string", "description": "string", "weight": "double"}
+    fields = [{"type": kind, "field": name} for name, kind in types.items()]
+    image = {"type": "struct", "fields": fields, "field": "after"}
+    head = b'{"schema":' + orjson.dumps({"type": "struct", "fields": [image]}) + b',"payload":'
+    plain = envelope("c", after=ROW)
+    assert pair.check([head + plain + b"}"]) is not None
+    assert pair.check([head + plain + b"}", plain]) is None
+    assert pair.check([head + plain + b"}", b' {"schema":null,"payload":' + plain + b"}"]) is None
+    assert pair.check([head + plain + b"} "]) is None
+    assert pair.check([head + plain + b"}", None, b"", head + plain + b"}"]) is not None
 
 
 def keyed_stream(seed: int, messages: int = 400) -> list[tuple[bytes | None, bytes | None]]:
@@ -687,7 +761,7 @@ def test_text_that_only_looks_like_a_literal_or_an_exponent_is_read_columnar() -
 @pytest.mark.parametrize(
     ("ddl", "options", "metadata"),
     [
-        (PRODUCTS, {"schema-include": "true"}, ()),
+        (PRODUCTS, {"schema-include": "true"}, ("schema",)),
         (PRODUCTS, {}, ("source.table",)),
         (PRODUCTS, {"key-columns": "id"}, ()),
         (PRODUCTS + ", price DECIMAL(10, 2)", {}, ()),
@@ -696,7 +770,7 @@ def test_text_that_only_looks_like_a_literal_or_an_exponent_is_read_columnar() -
         (PRODUCTS + ", dims STRUCT<w: INT>", {}, ()),
     ],
     ids=[
-        "schema-include",
+        "the schema block as metadata",
         "metadata",
         "key columns fill the TOAST state",
         "decimal",

@@ -72,6 +72,7 @@ from cdcflow.connectors.lakehouse.delta.merge import OP, Every, Merge
 from cdcflow.connectors.lakehouse.delta.options import ApplyOptions, Unsequenced
 from cdcflow.connectors.lakehouse.delta.result import BatchApplied
 from cdcflow.connectors.lakehouse.delta.sequencing import by_sequence, late_and_again, sequence_rows
+from cdcflow.connectors.lakehouse.delta.state_cache import StateCache
 from cdcflow.connectors.lakehouse.delta.tables import (
     DELTA_RS,
     TableBackend,
@@ -114,6 +115,8 @@ class DeltaChangeApplier:
         self.backend = backend
         """Reads and writes the target and the key state: delta-rs, or Spark with Delta's jars."""
         self.dead_letters = dead_letters
+        self._state = StateCache()
+        """The key state's rows between batches (see ``state_cache``)."""
 
     def applied_batch(self) -> int:
         """The last batch id committed to the target table (-1 when none)."""
@@ -143,6 +146,7 @@ class DeltaChangeApplier:
         if done:
             result.skipped = True
             return result
+        state = self._state.wrap(state)
         options = self.options
         key = options.key
         now = key_state.utc_now(self.clock())

@@ -41,6 +41,9 @@ from cdcflow.formats.base import METADATA_MARK
 log = logging.getLogger(__name__)
 
 ROW_KINDS = ("+I", "-U", "+U", "-D")
+_ROW_KINDS = pa.array(ROW_KINDS)
+_KIND_TEXTS = np.array(ROW_KINDS, dtype="U2")
+"""A batch's row kinds as numpy text (vectorised comparisons; an object array compares one by one)."""
 INTERNAL = "_cdcflow_"
 """The prefix of the columns the applier adds to a batch (never written to the table)."""
 IDX, SEQ = "_cdcflow_idx", "_cdcflow_seq"
@@ -130,15 +133,17 @@ def prepare(
                 f"batch {batch_id} has no column {column!r} (columns: {', '.join(names)}); the key, the "
                 "row kind column, sequence_by and restart_by must name columns of the changelog"
             )
-    kinds = np.asarray(table.column(row_kind_column).to_numpy(zero_copy_only=False), dtype=object)
-    bad = ~np.isin(kinds, ROW_KINDS)
+    column = table.column(row_kind_column)
+    codes = pc.index_in(column, value_set=_ROW_KINDS)
     origin = coordinates(table)
-    batch = ChangeBatch(table, kinds, origin, batch_id)
-    if bad.any():
-        at = int(np.argmax(bad))
+    if codes.null_count:
+        at = int(np.argmax(np.asarray(pc.is_null(codes), dtype=bool)))
         raise ChangelogConsistencyError(
-            f"{batch.where(at)}: row kind {kinds[at]!r} is not one of {', '.join(ROW_KINDS)}"
+            f"{describe(origin, at, at, batch_id)}: row kind {column[at].as_py()!r} is not one of "
+            f"{', '.join(ROW_KINDS)}"
         )
+    kinds = _KIND_TEXTS[np.asarray(codes, dtype=np.int64)]
+    batch = ChangeBatch(table, kinds, origin, batch_id)
     for column in key:
         nulls = table.column(column).is_null()
         if pc.any(nulls).as_py():
@@ -322,12 +327,26 @@ _POS, _FOUND, _KID = "_cdcflow_pos", "_cdcflow_found", "_cdcflow_kid"
 
 def group_ids(rows: pa.Table, key: Sequence[str]) -> np.ndarray:
     """Per row of ``rows``, a dense id of its key: rows with equal keys have equal ids."""
-    if len(key) == 1:
-        try:
-            encoded = rows.column(key[0]).combine_chunks().dictionary_encode()
-            return np.asarray(encoded.indices, dtype=np.int64)
-        except pa.ArrowNotImplementedError:
-            pass
+    combined: np.ndarray | None = None
+    radix = 1
+    try:
+        for column in key:
+            encoded = rows.column(column).combine_chunks().dictionary_encode()
+            size = len(encoded.dictionary) + 1  # a NULL is a value of its own
+            codes = np.asarray(encoded.indices.fill_null(size - 1), dtype=np.int64)
+            if combined is None:
+                combined, radix = codes, size
+            elif radix * size < 2**62:
+                combined, radix = combined * size + codes, radix * size
+            else:
+                combined = None
+                break
+    except pa.ArrowNotImplementedError:  # a nested type: Arrow groups it
+        combined = None
+    if combined is not None:
+        if len(key) == 1:
+            return combined
+        return np.asarray(pa.array(combined).dictionary_encode().indices, dtype=np.int64)
     keys = list(key)
     ids = rows.select(keys).group_by(keys, use_threads=False).aggregate([])
     ids = ids.append_column(_KID, pa.array(np.arange(ids.num_rows, dtype=np.int64)))

@@ -19,6 +19,7 @@ from test_apply import KEY, ROW_KIND, rows
 
 from cdcflow.connectors.lakehouse.delta.apply import DeltaChangeApplier
 from cdcflow.connectors.lakehouse.delta.options import ApplyOptions, Materialize
+from cdcflow.connectors.lakehouse.delta.state_cache import CachedState
 from cdcflow.connectors.lakehouse.delta.tables import RsTable
 
 UNAVAILABLE, OLD_KEY, NEW_KEY = "unavailable_columns", "old_key", "new_key"
@@ -202,13 +203,14 @@ def test_the_key_state_is_read_once_a_batch_with_the_keys_its_key_changes_name(
     """The walk's look-ups of the new key a delete names (outside its batch) and of the batch's own keys
     are answered from the one read of the key state the batch starts with."""
     reads: list[str] = []
-    read_rows = RsTable.rows_of_keys
+    for handle in (RsTable, CachedState):  # the key state is read from the table or kept in memory
+        read_rows = handle.rows_of_keys
 
-    def counted(self: RsTable, *args: Any, **kwargs: Any) -> pa.Table:
-        reads.append(self.path)
-        return read_rows(self, *args, **kwargs)
+        def counted(self: Any, *args: Any, read_rows: Any = read_rows, **kwargs: Any) -> pa.Table:
+            reads.append(self.path)
+            return read_rows(self, *args, **kwargs)
 
-    monkeypatch.setattr(RsTable, "rows_of_keys", counted)
+        monkeypatch.setattr(handle, "rows_of_keys", counted)
     state = str(tmp_path / "state")
     applier(tmp_path, sequence_by="seq").apply(table(change("+I", id=1, name="a", body="toast", seq=1)), 0)
     for batch_id, changes in enumerate([[delete_old()], [create_new()]], start=1):
