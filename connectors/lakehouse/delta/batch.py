@@ -240,10 +240,11 @@ def last_per_key(batch: ChangeBatch, key: Sequence[str]) -> pa.Table:
         order = np.asarray(sequence_order(narrow), dtype=np.int64)
         narrow, keep = narrow.take(pa.array(order)), keep[order]
     ids = group_ids(narrow, key)
-    _, from_end = np.unique(ids[::-1], return_index=True)
-    picked = keep[np.sort(len(ids) - 1 - from_end)]
+    last = np.full(int(ids.max()) + 1 if len(ids) else 0, -1, dtype=np.int64)
+    np.maximum.at(last, ids, np.arange(len(ids), dtype=np.int64))  # each key's last position
+    picked = keep[np.sort(last)]
     rows = batch.data.take(pa.array(picked))
-    return rows.append_column(OP, pa.array(np.where(batch.kinds[picked] == "-D", "D", "U")))
+    return rows.append_column(OP, pc.if_else(pa.array(batch.kinds[picked] == "-D"), "D", "U"))
 
 
 def sequence_order(rows: pa.Table) -> pa.Array:
