@@ -319,16 +319,20 @@ def _sequence(source: pa.StructArray, *, postgres_fields: bool = False) -> pa.Ar
     postgres = pc.fill_null(pc.equal(connector, "postgresql"), False).to_numpy(zero_copy_only=False)
     text = _field(source, "sequence")
     lsn = _field(source, "lsn")
-    matched = pc.extract_regex(pc.fill_null(text, ""), POSTGRES_SEQUENCE.pattern)
-    pair = postgres & matched.is_valid().to_numpy(zero_copy_only=False)
+    quoted = _quoted_pairs(text, postgres)
+    if quoted is not None:
+        pair, values = quoted
+    else:
+        matched = pc.extract_regex(pc.fill_null(text, ""), POSTGRES_SEQUENCE.pattern)
+        pair = postgres & matched.is_valid().to_numpy(zero_copy_only=False)
+        values = np.zeros((count, 2), dtype=np.int64)
+        if pair.any():
+            values[:, 0] = _parts(matched.field("a"), pair)
+            values[:, 1] = _parts(matched.field("b"), pair)
     by_lsn = postgres & text.is_null().to_numpy(zero_copy_only=False)
     has_lsn = lsn.is_valid().to_numpy(zero_copy_only=False)
     lengths = np.where(pair, 2, np.where(by_lsn & has_lsn, 1, 0)).astype(np.int64)
     valid = pair | (by_lsn & has_lsn)
-    values = np.zeros((count, 2), dtype=np.int64)
-    if pair.any():
-        values[:, 0] = _parts(matched.field("a"), pair)
-        values[:, 1] = _parts(matched.field("b"), pair)
     if (by_lsn & has_lsn).any():
         values[:, 0] = np.where(by_lsn, lsn.fill_null(0).to_numpy(zero_copy_only=False), values[:, 0])
     rest = np.flatnonzero(~(pair | by_lsn))
@@ -357,6 +361,27 @@ def _sequence(source: pa.StructArray, *, postgres_fields: bool = False) -> pa.Ar
         else:
             listed.append(None)
     return pa.array(listed, pa.list_(pa.int64()))
+
+
+_QUOTED = r'^\["[0-9]{1,18}","[0-9]{1,18}"\]$'
+"""The sequence as Debezium's PostgreSQL connector usually writes it: both positions quoted."""
+
+
+def _quoted_pairs(
+    text: pa.Array, postgres: npt.NDArray[np.bool_]
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.int64]] | None:
+    """Where PostgreSQL's sequences are, and their two positions, when every one has the quoted form
+    (:data:`_QUOTED`, a case of :data:`POSTGRES_SEQUENCE`, matched without extracting); None otherwise."""
+    present = postgres & text.is_valid().to_numpy(zero_copy_only=False)
+    quoted = pc.fill_null(pc.match_substring_regex(text, _QUOTED), False).to_numpy(zero_copy_only=False)
+    if (present & ~quoted).any():
+        return None
+    pair = present & quoted
+    values = np.zeros((len(text), 2), dtype=np.int64)
+    if pair.any():
+        digits = pc.split_pattern(pc.utf8_slice_codeunits(text.filter(pa.array(pair)), 2, -2), '","')
+        values[pair] = np.asarray(pc.cast(pc.list_flatten(digits), pa.int64())).reshape(-1, 2)
+    return pair, values
 
 
 def _parts(part: pa.Array, matched: npt.NDArray[np.bool_]) -> npt.NDArray[np.int64]:

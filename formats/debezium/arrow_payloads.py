@@ -15,10 +15,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import orjson
 
 from cdcflow.formats.debezium.json import SCHEMA_BLOCKS, converts_as_declared, schema_head
 from cdcflow.formats.types import Schema
+
+_NEWLINE, _RETURN, _OPEN_BRACE, _CLOSE_BRACE = 10, 13, 123, 125
 
 
 class Payloads:
@@ -48,17 +51,40 @@ class Payloads:
                 head = self._head(value)
                 if head is None:
                     return None
-            if not value.endswith(b"}"):
-                return None
-            envelopes.append(value[len(head) : -1])
+            envelope = value[len(head) : -1]
+            if not value.endswith(b"}") or not envelope.strip():
+                return None  # a blank payload is not a tombstone: the per-record decoder refuses it
+            envelopes.append(envelope)
         return envelopes
 
     def of_lines(self, block: bytes) -> list[bytes | None] | None:
-        """:meth:`of` the lines of ``block`` (a ``\\r`` before a line break is not the message's)."""
-        lines = block.split(b"\n")
-        if block.endswith(b"\n"):
-            lines.pop()
-        return self.of([line[:-1] if line.endswith(b"\r") else line for line in lines])
+        """:meth:`of` the lines of ``block`` (a ``\\r`` before a line break is not the message's), each
+        compared where it lies in ``block``."""
+        if not block:
+            return self.of([block])
+        view = np.frombuffer(block, dtype=np.uint8)
+        breaks = np.flatnonzero(view == _NEWLINE)
+        ends = np.append(breaks, len(block)) if not block.endswith(b"\n") else breaks
+        starts = np.concatenate(([0], breaks[: len(ends) - 1] + 1))
+        ends = ends - ((view[np.maximum(ends - 1, 0)] == _RETURN) & (ends > starts))
+        envelopes: list[bytes | None] = []
+        head: bytes | None = None
+        for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+            if start == end or block[start] != _OPEN_BRACE:
+                line = block[start:end]
+                if line.strip():
+                    return None
+                envelopes.append(line)
+                continue
+            if head is None or not block.startswith(head, start, end):
+                head = self._head(block[start:end])
+                if head is None:
+                    return None
+            envelope = block[start + len(head) : end - 1]
+            if block[end - 1] != _CLOSE_BRACE or not envelope.strip():
+                return None
+            envelopes.append(envelope)
+        return envelopes
 
     def _head(self, value: bytes) -> bytes | None:
         for known, columnar in self._heads:

@@ -244,9 +244,9 @@ def test_real_postgres_events_with_schema_blocks_decode_as_per_record() -> None:
     types, full = ([value for _, value in with_blocks[table]] for table in ("cdc_types", "cdc_types_full"))
     alternating = [value for both in zip(types, full, strict=True) for value in both]
     for values in (types, full, alternating):
-        assert (pair.check(values) is None) == (
-            pair.check_lines(b"\n".join(v or b"" for v in values)) is None
-        )
+        lines = [v or b"" for v in values]
+        assert (pair.check(values) is None) == (pair.check_lines(b"\n".join(lines)) is None)
+        assert (pair.check(values) is None) == (pair.check_lines(b"\r\n".join(lines) + b"\r\n\n") is None)
     columnar = 0
     for table in ("cdc_types", "cdc_types_full"):
         for (_, value), (_, bare) in zip(with_blocks[table], without[table], strict=True):
@@ -293,6 +293,9 @@ def test_messages_without_a_schema_block_under_schema_include_are_read_per_recor
     assert pair.check([head + plain + b"}", b' {"schema":null,"payload":' + plain + b"}"]) is None
     assert pair.check([head + plain + b"} "]) is None
     assert pair.check([head + plain + b"}", None, b"", head + plain + b"}"]) is not None
+    for blank in (b"", b"  "):  # a blank payload is no tombstone: the per-record decoder refuses it
+        assert pair.check([head + plain + b"}", head + blank + b"}"]) is None
+        assert pair.check_lines(head + plain + b"}\n" + head + blank + b"}\n") is None
 
 
 def keyed_stream(seed: int, messages: int = 400) -> list[tuple[bytes | None, bytes | None]]:
@@ -721,6 +724,9 @@ FALLBACKS = {
     "400-digit number in the source block": [
         envelope("c", after=ROW).replace(b'"lsn":1', b'"lsn":' + b"9" * 400)
     ],
+    "NaN literal in a message of more than 1000 bytes": [
+        envelope("c", after={**ROW, "description": "x" * 1200}).replace(b'"lsn":1', b'"lsn":NaN')
+    ],
     "nesting deeper than 1024": [
         envelope("c", after=ROW).replace(b'"lsn":1', b'"l":' + b"[" * 1100 + b"]" * 1100)
     ],
@@ -742,6 +748,7 @@ def test_what_the_per_record_path_treats_otherwise_falls_back(values: list[bytes
     pair = Pair(PRODUCTS + ", f FLOAT")
     assert pair.columnar.decode(values) is None
     assert pair.columnar.decode([envelope("c", after=ROW), *values]) is None
+    assert pair.columnar.decode_lines(b"\n".join([envelope("c", after=ROW), *values])) is None
 
 
 def test_ok_control_for_the_fallback_cases() -> None:
@@ -861,6 +868,7 @@ SOURCES = st.sampled_from(
         '{"connector":"postgresql","sequence":"[\\"1\\",\\"2\\",\\"3\\"]","lsn":3}',
         '{"connector":"postgresql","sequence":"not json","lsn":3}',
         '{"connector":"postgresql","sequence":"[\\"99999999999999999999\\",\\"1\\"]","lsn":3}',
+        '{"connector":"postgresql","sequence":"[\\"999999999999999999\\",\\"007\\"]","lsn":3}',
         '{"connector":"postgresql","sequence":["1","2"],"lsn":3}',
         '{"connector":"postgresql","lsn":24023128,"ts_ms":1700000000000}',
         '{"connector":"postgresql","sequence":null}',

@@ -134,8 +134,13 @@ def prepare(
                 "row kind column, sequence_by and restart_by must name columns of the changelog"
             )
     column = table.column(row_kind_column)
-    codes = pc.index_in(column, value_set=_ROW_KINDS)
     origin = coordinates(table)
+    textual = (pa.types.is_string, pa.types.is_large_string, pa.types.is_string_view)
+    codes = (
+        pc.index_in(column.cast(pa.string()), value_set=_ROW_KINDS)
+        if any(kind(column.type) for kind in textual)
+        else pa.nulls(len(column), pa.int32())
+    )
     if codes.null_count:
         at = int(np.argmax(np.asarray(pc.is_null(codes), dtype=bool)))
         raise ChangelogConsistencyError(
@@ -242,7 +247,7 @@ def last_per_key(batch: ChangeBatch, key: Sequence[str]) -> pa.Table:
     ids = group_ids(narrow, key)
     last = np.full(int(ids.max()) + 1 if len(ids) else 0, -1, dtype=np.int64)
     np.maximum.at(last, ids, np.arange(len(ids), dtype=np.int64))  # each key's last position
-    picked = keep[np.sort(last)]
+    picked = keep[np.sort(last[last >= 0])]
     rows = batch.data.take(pa.array(picked))
     return rows.append_column(OP, pc.if_else(pa.array(batch.kinds[picked] == "-D"), "D", "U"))
 
@@ -332,7 +337,10 @@ def group_ids(rows: pa.Table, key: Sequence[str]) -> np.ndarray:
     radix = 1
     try:
         for column in key:
-            encoded = rows.column(column).combine_chunks().dictionary_encode()
+            values = rows.column(column).combine_chunks()
+            if pa.types.is_dictionary(values.type):  # its codes may skip unused entries
+                values = values.dictionary_decode()
+            encoded = values.dictionary_encode()
             size = len(encoded.dictionary) + 1  # a NULL is a value of its own
             codes = np.asarray(encoded.indices.fill_null(size - 1), dtype=np.int64)
             if combined is None:

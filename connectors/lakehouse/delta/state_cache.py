@@ -39,6 +39,7 @@ class StateCache:
     def wrap(self, state: TableHandle | None) -> TableHandle | None:
         """``state``, answered from memory when it is a delta-rs table of at most ``limit`` rows."""
         if not isinstance(state, RsTable):
+            self.rows = None  # a table made again may come back at a version number seen before
             return state
         version = state.version()
         if self.rows is None or self.version != version:
@@ -121,9 +122,12 @@ class CachedState:
                 custom_metadata=dict(merge.metadata) if merge.metadata else None,
             ),
         )
-        self.table.table.update_incremental()
-        self.cache.rows, self.cache.version = written, self.table.version()
-        return self.cache.version
+        version = self.table.version()  # the handle is at the version this write made
+        self.cache.rows, self.cache.version = (
+            (written if written.num_rows <= self.cache.limit else None),
+            version,
+        )
+        return version
 
 
 def _identities(rows: pa.Table, source: pa.Table, identity: list[str]) -> tuple[np.ndarray, np.ndarray]:

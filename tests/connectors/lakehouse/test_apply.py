@@ -542,3 +542,13 @@ def test_spec_002_out_of_order_arrivals_are_refused_without_materialization(
 
     with pytest.raises(ChangelogConsistencyError, match="materialize='force'"):
         sink.apply(as_batch(ARRIVALS[order]), 0)
+
+
+def test_a_dictionary_encoded_key_with_unused_entries_lands_one_row_per_key(tmp_path: Path) -> None:
+    """A key column dictionary-encoded (pandas' categoricals, a filtered Arrow table) whose dictionary
+    holds values no row uses: each key still has one winner."""
+    ids = pa.array(["a", "b", "c"]).dictionary_encode().take(pa.array([1, 1, 2]))
+    changes = pa.table({"id": ids, "name": ["x", "y", "z"], ROW_KIND: ["+I", "+U", "+I"]})
+    applier(tmp_path).apply(changes, 0)
+
+    assert rows(tmp_path / "table") == [{"id": "b", "name": "y"}, {"id": "c", "name": "z"}]
