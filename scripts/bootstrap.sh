@@ -18,3 +18,7 @@ fi
 pip_install --upgrade "pip>=23" "setuptools>=77" wheel
 # Strict editable mode links the folders into the cdcflow namespace, so mypy sees the package too.
 pip_install --no-build-isolation --config-settings editable_mode=strict -e ".[dev]"
+# Compiled once, as pip compiles a wheel it installs: where PYTHONDONTWRITEBYTECODE is set, every Python
+# process Spark starts (a streaming query's planner, each worker) would compile cdcflow's modules again.
+package=$(.venv/bin/python -c 'import cdcflow, os; print(os.path.dirname(cdcflow.__file__))')
+.venv/bin/python -m compileall -q "$package" >"$log" 2>&1 || { cat "$log" >&2; exit 1; }

@@ -76,7 +76,7 @@ def contents(path: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return found[0], found[1]
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     mode=st.sampled_from(sorted(MODES)),
     batches=st.lists(st.tuples(changes(), st.integers(0, 2), st.integers(0, 25)), min_size=1, max_size=7),
