@@ -12,7 +12,7 @@ block to the per-record decoder, which reads the block.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -39,23 +39,7 @@ class Payloads:
     def of(self, values: Sequence[bytes | None]) -> list[bytes | None] | None:
         """Each message's envelope (a None or blank value as it is), or None when a message is not
         JsonConverter's form of a block read columnar."""
-        envelopes: list[bytes | None] = []
-        head: bytes | None = None
-        for value in values:
-            if not value or value[:1] != b"{":
-                if value and value.strip():
-                    return None
-                envelopes.append(value)
-                continue
-            if head is None or not value.startswith(head):
-                head = self._head(value)
-                if head is None:
-                    return None
-            envelope = value[len(head) : -1]
-            if not value.endswith(b"}") or not envelope.strip():
-                return None  # a blank payload is not a tombstone: the per-record decoder refuses it
-            envelopes.append(envelope)
-        return envelopes
+        return self._envelopes((value, 0, len(value) if value else 0) for value in values)
 
     def of_lines(self, block: bytes) -> list[bytes | None] | None:
         """:meth:`of` the lines of ``block`` (a ``\\r`` before a line break is not the message's), each
@@ -67,22 +51,27 @@ class Payloads:
         ends = np.append(breaks, len(block)) if not block.endswith(b"\n") else breaks
         starts = np.concatenate(([0], breaks[: len(ends) - 1] + 1))
         ends = ends - ((view[np.maximum(ends - 1, 0)] == _RETURN) & (ends > starts))
+        spans = zip(starts.tolist(), ends.tolist(), strict=True)
+        return self._envelopes((block, start, end) for start, end in spans)
+
+    def _envelopes(self, messages: Iterable[tuple[bytes | None, int, int]]) -> list[bytes | None] | None:
+        """:meth:`of` the messages ``data[start:end]`` (a None ``data``: a tombstone)."""
         envelopes: list[bytes | None] = []
         head: bytes | None = None
-        for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
-            if start == end or block[start] != _OPEN_BRACE:
-                line = block[start:end]
-                if line.strip():
+        for data, start, end in messages:
+            if data is None or start == end or data[start] != _OPEN_BRACE:
+                message = data if data is None else data[start:end]
+                if message and message.strip():
                     return None
-                envelopes.append(line)
+                envelopes.append(message)
                 continue
-            if head is None or not block.startswith(head, start, end):
-                head = self._head(block[start:end])
+            if head is None or not data.startswith(head, start, end):
+                head = self._head(data[start:end])
                 if head is None:
                     return None
-            envelope = block[start + len(head) : end - 1]
-            if block[end - 1] != _CLOSE_BRACE or not envelope.strip():
-                return None
+            envelope = data[start + len(head) : end - 1]
+            if data[end - 1] != _CLOSE_BRACE or not envelope.strip():
+                return None  # a blank payload is not a tombstone: the per-record decoder refuses it
             envelopes.append(envelope)
         return envelopes
 

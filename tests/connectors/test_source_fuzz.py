@@ -18,7 +18,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import pyarrow as pa
@@ -57,6 +57,7 @@ SOURCES = {
 #: columns and metadata columns.
 READS = (
     "postgres-ingest-columnar",
+    "postgres-ingest-columnar-schemas",
     "flink-debezium-data-schema-include+metadata",
     "avro-declared+metadata",
     "registry-small+metadata",
@@ -66,10 +67,10 @@ READS = (
     "generic-flink-debezium-postgres-data-schema-exclude",
     "upsert-kafka-flink-maxwell-data",
 )
-#: The configuration the columnar path reads (``cdcflow ingest``'s). A Spark range of mutants nearly
-#: always holds one that sends its whole block per record, so the columnar rows are compared here on
-#: small blocks, without Spark.
-COLUMNAR = "postgres-ingest-columnar"
+#: The configurations the columnar path reads (``cdcflow ingest``'s, without and with Connect's schema
+#: blocks). A Spark range of mutants nearly always holds one that sends its whole block per record, so
+#: the columnar rows are compared here on small blocks, without Spark.
+COLUMNAR = ("postgres-ingest-columnar", "postgres-ingest-columnar-schemas")
 
 
 @dataclass(frozen=True)
@@ -277,9 +278,10 @@ def _comparable(batch: pa.RecordBatch) -> list[tuple[Any, ...]]:
     return [tuple(repr(v) if isinstance(v, float) else v for v in row.values()) for row in batch.to_pylist()]
 
 
-def test_the_columnar_path_decodes_mutants_as_the_per_record_decoder() -> None:
+@pytest.mark.parametrize("name", COLUMNAR)
+def test_the_columnar_path_decodes_mutants_as_the_per_record_decoder(name: str) -> None:
     _, reads = fuzzed()
-    [read] = [read for read in reads if read.target.name == COLUMNAR]
+    [read] = [read for read in reads if read.target.name == name]
     decoder = read.target.decoder()
     output = decoder.schema
     columnar = ColumnarDecoder.for_decoder(decoder, arrow_schema(struct_type(output)))
@@ -288,14 +290,24 @@ def test_the_columnar_path_decodes_mutants_as_the_per_record_decoder() -> None:
     builder = ChangeBatchBuilder(output, "_row_kind", target)
     decoded = 0
     for block in _blocks(read.messages):
-        result = columnar.decode([m.value for m in block], headers=[m.headers for m in block])
-        if result is None:
+        values, headers = [m.value for m in block], [m.headers for m in block]
+        # Kafka values as the cdc-* source reads them, as Spark's Kafka source hands them to
+        # decode_kafka, and a file's lines (where the messages are lines and carry no headers).
+        results = [columnar.decode(values, headers=headers)]
+        results.append(columnar.decode_array(pa.array(values, pa.binary()), headers=headers))
+        if all(v and b"\n" not in v and b"\r" not in v for v in values) and not any(headers):
+            results.append(columnar.decode_lines(b"\n".join(cast("list[bytes]", values))))
+        if results[0] is None:
             continue
         decoded += len(block)
         expected = _expected(read.target, block)
         assert expected.dead_letters == [] and expected.metrics.events == 0
-        assert _comparable(result.rows) == _comparable(builder.build(expected.changes)), block[0].origin()
-        got = (result.changed, result.unavailable_values, result.filled_values)
+        rows = _comparable(builder.build(expected.changes))
         metrics = expected.metrics
-        assert got == (metrics.changed_messages, metrics.unavailable_values, metrics.filled_values)
+        for result in results:
+            if result is None:
+                continue
+            assert _comparable(result.rows) == rows, block[0].origin()
+            got = (result.changed, result.unavailable_values, result.filled_values)
+            assert got == (metrics.changed_messages, metrics.unavailable_values, metrics.filled_values)
     assert decoded >= MUTANTS // 10, "the mutants left as recorded at least go columnar"

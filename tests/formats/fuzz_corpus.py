@@ -137,17 +137,13 @@ def _postgres() -> list[Target]:
             out.append(
                 Target(f"postgres-{run}-{table}", "debezium-json", {**options, **mode}, declared, seeds)
             )
-    seeds = tuple(m for m in recorded("no-schemas") if m.topic.startswith("cdcflow.inventory.cdc_types"))
-    out.append(
-        Target(
-            "postgres-ingest-columnar",
-            "debezium-json",
-            {"changelog-mode": "upsert", "unavailable-values": "report"},
-            COLUMNAR_COLUMNS,
-            seeds,
-            INGEST_METADATA,
-        )
-    )
+    ingest = {"changelog-mode": "upsert", "unavailable-values": "report"}
+    for name, run, options in (
+        ("postgres-ingest-columnar", "no-schemas", ingest),
+        ("postgres-ingest-columnar-schemas", "schemas", {**ingest, "schema-include": "true"}),
+    ):
+        seeds = tuple(m for m in recorded(run) if m.topic.startswith("cdcflow.inventory.cdc_types"))
+        out.append(Target(name, "debezium-json", options, COLUMNAR_COLUMNS, seeds, INGEST_METADATA))
     return out
 
 

@@ -22,7 +22,13 @@ from deltalake import CommitProperties, Transaction, write_deltalake
 
 from cdcflow.connectors.lakehouse.delta.batch import group_ids, rows_with_keys
 from cdcflow.connectors.lakehouse.delta.merge import OP, Before, Clause, Every, Merge
-from cdcflow.connectors.lakehouse.delta.tables import RsTable, TableHandle, conform, table_filesystem
+from cdcflow.connectors.lakehouse.delta.tables import (
+    RsTable,
+    TableHandle,
+    conform,
+    table_filesystem,
+    where,
+)
 
 CACHED_ROWS = 1_000_000
 """The most rows of key state the driver keeps between batches (~100 bytes a row)."""
@@ -94,12 +100,8 @@ class CachedState:
         return rows if columns is None else rows.select([*key, *(c for c in columns if c not in key)])
 
     def rows_where(self, equal: Mapping[str, int], null: Sequence[str]) -> pa.Table:
-        mask = pa.array(np.ones(self.rows.num_rows, dtype=bool))
-        for column, value in equal.items():
-            mask = pc.and_(mask, pc.fill_null(pc.equal(self.rows.column(column), value), False))
-        for column in null:
-            mask = pc.and_(mask, pc.is_null(self.rows.column(column)))
-        return self.rows.filter(mask)
+        condition = where(equal, null)
+        return self.rows if condition is None else self.rows.filter(condition)
 
     def merge(self, merge: Merge) -> int:
         identity = list(merge.identity)

@@ -237,18 +237,23 @@ class RsTable:
         return rows_of_keys(self.table, self.path, key, keys, columns, self.storage)
 
     def rows_where(self, equal: Mapping[str, int], null: Sequence[str]) -> pa.Table:
-        condition = None
-        for column, value in equal.items():
-            clause = pc.field(column) == value
-            condition = clause if condition is None else condition & clause
-        for column in null:
-            clause = pc.field(column).is_null()
-            condition = clause if condition is None else condition & clause
         dataset = self.table.to_pyarrow_dataset(filesystem=table_filesystem(self.path, self.storage))
-        return dataset.to_table(filter=condition)
+        return dataset.to_table(filter=where(equal, null))
 
     def merge(self, merge: Merge) -> int:
         return merge_marked(self.table, self.path, merge)
+
+
+def where(equal: Mapping[str, int], null: Sequence[str]) -> pc.Expression | None:
+    """The rows whose ``equal`` columns hold the given values and whose ``null`` columns are NULL."""
+    condition = None
+    for column, value in equal.items():
+        clause = pc.field(column) == value
+        condition = clause if condition is None else condition & clause
+    for column in null:
+        clause = pc.field(column).is_null()
+        condition = clause if condition is None else condition & clause
+    return condition
 
 
 class DeltaRsBackend:
