@@ -394,7 +394,7 @@ def _parts(part: pa.Array, matched: npt.NDArray[np.bool_]) -> npt.NDArray[np.int
 
 
 def _header_keys(headers: Sequence[Headers] | None, name: str, count: int) -> pa.Array | None:
-    if headers is None:
+    if headers is None or not any(headers):
         return pa.nulls(count, pa.string())
     keys: list[str | None] = []
     for message_headers in headers:

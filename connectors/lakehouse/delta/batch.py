@@ -383,6 +383,13 @@ def positions_in(rows: pa.Table, known: pa.Table, key: Sequence[str]) -> np.ndar
 def rows_with_keys(rows: pa.Table, keys: pa.Table, key: Sequence[str]) -> pa.Table:
     """The rows of ``rows`` whose key is among ``keys``' (which may repeat a key)."""
     names = list(key)
+    if len(names) == 1:
+        column = rows.column(names[0])
+        try:
+            wanted = keys.column(names[0]).cast(column.type).combine_chunks()
+            return rows.filter(pc.is_in(column, value_set=wanted))
+        except pa.ArrowNotImplementedError:
+            pass
     distinct = keys.select(names).group_by(names).aggregate([])
     return rows.filter(pa.array(positions_in(rows, distinct, names) >= 0))
 

@@ -67,23 +67,29 @@ def epochs(batch: ChangeBatch, key: Sequence[str], known: pa.Table | None) -> Ep
     result = Epochs(np.zeros(n, dtype=np.int64))
     if batch.restart is None or n == 0:
         return result
-    kid = group_ids(batch.data, key)
-    if known is not None and known.num_rows:
-        at = positions_in(batch.data, known, key)
-        known_seqs = take_or_null(known.column(STATE_SEQ).cast(pa.large_binary()), at)
-        known_restarts = take_or_null(known.column(STATE_RESTART).cast(pa.large_binary()), at)
-    else:
-        known_seqs = known_restarts = pa.nulls(n, pa.large_binary())
+    at = positions_in(batch.data, known, key) if known is not None and known.num_rows else None
+    known_seqs = (
+        take_or_null(known.column(STATE_SEQ).cast(pa.large_binary()), at)
+        if known is not None and at is not None
+        else pa.nulls(n, pa.large_binary())
+    )
     seq = batch.data.column(SEQ).combine_chunks()
+    idx = np.asarray(batch.data.column(IDX), dtype=np.int64)
+    back = np.array(pc.fill_null(pc.less(seq, known_seqs), False), dtype=bool)
+    if not back.any() and _never_back(seq, idx):
+        return result
+    known_restarts = (
+        take_or_null(known.column(STATE_RESTART).cast(pa.large_binary()), at)
+        if known is not None and at is not None
+        else pa.nulls(n, pa.large_binary())
+    )
     # Arrival order within each key: where does the sequence step back, or fall below the known one?
-    arrival = np.lexsort((np.asarray(batch.data.column(IDX), dtype=np.int64), kid))
+    kid = group_ids(batch.data, key)
+    arrival = np.lexsort((idx, kid))
     ordered = seq.take(pa.array(arrival))
-    back = np.zeros(n, dtype=bool)
     if n > 1:
         step = pc.fill_null(pc.less(ordered.slice(1), ordered.slice(0, n - 1)), False)
-        back[arrival[1:]] = np.asarray(step, dtype=bool) & (kid[arrival[1:]] == kid[arrival[:-1]])
-    below = pc.fill_null(pc.less(seq, known_seqs), False)
-    back |= np.asarray(below, dtype=bool)
+        back[arrival[1:]] |= np.asarray(step, dtype=bool) & (kid[arrival[1:]] == kid[arrival[:-1]])
     suspects = np.unique(kid[back])
     if len(suspects) == 0:
         return result
@@ -114,6 +120,16 @@ def epochs(batch: ChangeBatch, key: Sequence[str], known: pa.Table | None) -> Ep
                 result.restarts.append(position)
         result.epoch[position] = epoch_of.get(k, 0)
     return result
+
+
+def _never_back(seq: pa.Array, idx: np.ndarray) -> bool:
+    """Whether the rows are in arrival order and their sequences never step back along it (NULLs left
+    out): then no key's do."""
+    if len(idx) > 1 and not bool(np.all(idx[1:] > idx[:-1])):
+        return False
+    present = seq.drop_null()
+    n = len(present)
+    return n < 2 or not pc.any(pc.less(present.slice(1), present.slice(0, n - 1))).as_py()
 
 
 def sequence_rows(known: pa.Table | None, key: Sequence[str]) -> pa.Table | None:

@@ -107,7 +107,7 @@ class CachedState:
         identity = list(merge.identity)
         source = merge.source
         rows_ids, source_ids = _identities(self.rows, source, identity)
-        if merge.unavailable is not None or len(np.unique(source_ids)) < len(source_ids):
+        if merge.unavailable is not None or (len(source_ids) and np.bincount(source_ids).max() > 1):
             self.cache.rows = None  # what delta-rs makes of them: its merge, and the table read again
             return self.table.merge(merge)
         data = conform(self.table.table, source.drop_columns([OP]), identity, self.path)

@@ -1,4 +1,4 @@
-"""Rows matched by key (hash lookups for one key column, a join for several) against Python dicts."""
+"""Rows matched by key (hash lookups for one key column, a join for several) against Python dicts and sets."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdcflow.connectors.lakehouse.delta.batch import group_ids, positions_in, take_or_null
+from cdcflow.connectors.lakehouse.delta.batch import group_ids, positions_in, rows_with_keys, take_or_null
 
 INTS = st.integers(min_value=-3, max_value=6)
 TEXTS = st.sampled_from(["a", "b", "é", "", "long key " * 3])
@@ -46,6 +46,10 @@ def test_group_ids_and_positions_agree_with_dicts(shape: str, data: st.DataObjec
 
     where = {value: at for at, value in enumerate(known)}
     assert positions_in(batch, state, keys).tolist() == [where.get(row, -1) for row in rows]
+    # The key state's rows (as a read gives them) of a batch's keys (which repeat).
+    read = _table(keys, known, {"id": pa.int64(), "code": pa.string()})
+    kept = rows_with_keys(read, batch, keys).to_pylist()
+    assert [tuple(row[k] for k in keys) for row in kept] == [value for value in known if value in set(rows)]
 
 
 def test_take_or_null_leaves_unmatched_rows_null() -> None:

@@ -9,13 +9,16 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from deltalake import DeltaTable
+import pytest
+from deltalake import DeltaTable, write_deltalake
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdcflow.connectors.lakehouse.delta.apply import DeltaChangeApplier
+from cdcflow.connectors.lakehouse.delta.merge import OP, Merge
 from cdcflow.connectors.lakehouse.delta.options import ApplyOptions, Materialize
 from cdcflow.connectors.lakehouse.delta.state_cache import CachedState, StateCache
+from cdcflow.connectors.lakehouse.delta.tables import DELTA_RS
 
 ROW_KIND, CONTROL = "_row_kind", "_control"
 SCHEMA = pa.schema(
@@ -136,3 +139,25 @@ def _counting(merge: Any, calls: list[int]) -> Any:
         return int(merge(self, plan))
 
     return counted
+
+
+@pytest.mark.parametrize("ids", [[1, 1], [7, 7], [1, 7, 7]], ids=["matched", "unmatched", "both"])
+def test_a_merge_whose_source_repeats_an_identity_is_delta_rs_merge(tmp_path: Path, ids: list[int]) -> None:
+    """Rows in memory cannot say what delta-rs makes of a repeated identity: such a merge is delta-rs's,
+    with the same outcome (rows or refusal) as on a table never kept in memory."""
+    outcomes = []
+    for name, cache in (("kept", StateCache()), ("reference", StateCache(limit=-1))):
+        path = str(tmp_path / name)
+        handle = DELTA_RS.create(path, pa.schema([("id", pa.int64()), ("v", pa.string())]), ["id"])
+        write_deltalake(handle.table, pa.table({"id": [1, 2], "v": ["a", "b"]}), mode="append")
+        state = cache.wrap(DELTA_RS.open(path))
+        assert isinstance(state, CachedState) == (name == "kept")
+        source = pa.table({"id": ids, "v": [f"new {i}" for i in range(len(ids))], OP: ["U"] * len(ids)})
+        try:
+            assert state is not None
+            state.merge(Merge(source, ("id",), "app", 0))
+        except Exception as error:  # noqa: BLE001 - the refusal is the outcome compared
+            outcomes.append(type(error).__name__)
+        else:
+            outcomes.append(sorted(DeltaTable(path).to_pyarrow_table().to_pylist(), key=repr))
+    assert outcomes[0] == outcomes[1]
