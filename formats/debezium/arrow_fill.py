@@ -176,7 +176,7 @@ def _write(
         written.sort(key=last_of.__getitem__)
     written = written[-images.size :]
     at = np.fromiter(map(last_of.__getitem__, written), dtype=np.int64, count=len(written))
-    images.put_all(written, _images(afters, names, text, at))
+    images.put_all_later(written, lambda positions: _images(afters, names, text, at[positions]))
 
 
 def _images(

@@ -4,6 +4,7 @@ and a Canal message with no row is counted, never silently dropped."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import orjson
 import pytest
@@ -114,23 +115,41 @@ def test_toast_fill_state_keeps_the_last_keys_and_reports_beyond_them() -> None:
 
 @pytest.mark.parametrize("seed", range(20))
 def test_putting_distinct_keys_at_once_leaves_what_putting_them_one_by_one_does(seed: int) -> None:
-    """The columnar TOAST fill writes a block's keys at once (``put_all``); the per-record decoder puts
-    them one by one: both leave the same entries in the same order, whatever was there and whatever
-    the sizes."""
+    """The columnar TOAST fill writes a block's keys at once (``put_all``), or leaves their values to be
+    made when the cache is next used (``put_all_later``); the per-record decoder puts them one by one:
+    all leave the same entries in the same order, whatever was there and whatever the sizes, and a
+    value put later is made only if it stays."""
     rng = random.Random(seed)  # noqa: S311 - test data
     size = rng.randint(1, 8)
     one_by_one: LruCache[int, int] = LruCache(size)
     at_once: LruCache[int, int] = LruCache(size)
-    for _ in range(6):
-        for key in rng.sample(range(20), rng.randint(0, 6)):  # what earlier blocks left
-            one_by_one.put(key, -key)
-            at_once.put(key, -key)
+    later: LruCache[int, int] = LruCache(size)
+    made: list[int] = []
+
+    def values_of(keys: list[int], values: list[int]) -> Callable[[list[int]], list[int]]:
+        def make(positions: list[int]) -> list[int]:
+            made.extend(keys[p] for p in positions)
+            return [values[p] for p in positions]
+
+        return make
+
+    for _ in range(12):
+        for key in rng.sample(range(20), rng.randint(0, 6) if rng.random() < 0.3 else 0):  # one by one
+            for cache in (one_by_one, at_once, later):
+                cache.put(key, -key)
         keys = rng.sample(range(20), rng.randint(0, 12))
         values = [rng.randint(0, 99) for _ in keys]
         for key, value in zip(keys, values, strict=True):
             one_by_one.put(key, value)
         at_once.put_all(keys, values)
+        later.put_all_later(keys, values_of(keys, values))
+        if rng.random() < 0.3:
+            made.clear()
+            entries = later.entries()
+            assert list(entries.items()) == list(one_by_one.entries().items())
+            assert len(made) == len(set(made)) and set(made) <= set(entries)  # only values that stay
         assert list(at_once.entries().items()) == list(one_by_one.entries().items())
+    assert list(later.entries().items()) == list(one_by_one.entries().items())
 
 
 def test_lru_cache_rejects_a_size_below_one() -> None:
