@@ -24,8 +24,9 @@ SCHEMA_CACHE_SIZE = 1024
 FILL_STATE_KEYS = 10_000
 
 
-#: Keys written with :meth:`LruCache.put_all_later` that wait to be settled, in multiples of the size.
-PENDING_SIZES = 4
+#: Writes of :meth:`LruCache.put_all_later` that wait to be settled: at most this many blocks, of at
+#: most this many times the cache's size in keys.
+PENDING_BLOCKS, PENDING_SIZES = 8, 4
 
 
 class LruCache(Generic[K, V]):
@@ -78,14 +79,14 @@ class LruCache(Generic[K, V]):
         only the values that stay (the newest ``size`` keys) are ever made."""
         self._pending.append((keys, values))
         self._pending_keys += len(keys)
-        if self._pending_keys > PENDING_SIZES * self.size:
+        if len(self._pending) > PENDING_BLOCKS or self._pending_keys > PENDING_SIZES * self.size:
             self._settle()
 
     def _settle(self) -> None:
         """Apply the pending writes as successive :meth:`put_all` calls would."""
         if not self._pending:
             return
-        pending, self._pending, self._pending_keys = self._pending, [], 0
+        pending = self._pending
         staying: dict[K, tuple[int, int]] = {}  # key -> its newest write: (block, position)
         for block in range(len(pending) - 1, -1, -1):
             keys = pending[block][0]
@@ -104,6 +105,7 @@ class LruCache(Generic[K, V]):
             found = sorted(by_block[block])
             keys_made += [key for _, key in found]
             values_made += pending[block][1]([position for position, _ in found])
+        self._pending, self._pending_keys = [], 0  # once made: a failure leaves them waiting, and raised
         self._put_all(keys_made, values_made)
 
     def _put_all(self, keys: Sequence[K], values: Sequence[V]) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import itertools
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -176,11 +176,15 @@ def _write(
         written.sort(key=last_of.__getitem__)
     written = written[-images.size :]
     at = np.fromiter(map(last_of.__getitem__, written), dtype=np.int64, count=len(written))
-    images.put_all_later(written, lambda positions: _images(afters, names, text, at[positions]))
+    kept = {column: afters[column] for column in text}  # what waits: the text columns, not the block
+    images.put_all_later(written, lambda positions: _images(kept, names, text, at[positions]))
 
 
 def _images(
-    afters: list[pa.Array], names: Sequence[str], text: list[int], at: npt.NDArray[np.int64]
+    afters: Sequence[pa.Array] | Mapping[int, pa.Array],
+    names: Sequence[str],
+    text: list[int],
+    at: npt.NDArray[np.int64],
 ) -> list[dict[str, Any]]:
     """The state's image of each message at ``at``: its ``text`` columns by name."""
     taken = pa.array(at)

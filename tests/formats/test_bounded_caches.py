@@ -4,6 +4,7 @@ and a Canal message with no row is counted, never silently dropped."""
 from __future__ import annotations
 
 import random
+import weakref
 from collections.abc import Callable
 
 import orjson
@@ -12,7 +13,7 @@ import pytest
 from cdcflow.formats import DecodeOutput, Message, parse_ddl, resolve_format
 from cdcflow.formats.debezium.json import DebeziumJsonDecoder
 from cdcflow.formats.flat_json.canal import CanalJsonDecoder
-from cdcflow.formats.lru import FILL_STATE_KEYS, SCHEMA_CACHE_SIZE, LruCache
+from cdcflow.formats.lru import FILL_STATE_KEYS, PENDING_BLOCKS, SCHEMA_CACHE_SIZE, LruCache
 
 DISTINCT = SCHEMA_CACHE_SIZE + 300
 
@@ -150,6 +151,23 @@ def test_putting_distinct_keys_at_once_leaves_what_putting_them_one_by_one_does(
             assert len(made) == len(set(made)) and set(made) <= set(entries)  # only values that stay
         assert list(at_once.entries().items()) == list(one_by_one.entries().items())
     assert list(later.entries().items()) == list(one_by_one.entries().items())
+
+
+def test_writes_left_for_later_hold_a_bounded_number_of_blocks() -> None:
+    """A hot key written by block after block: the blocks waiting to be settled (each holding its
+    columns) stay few, however many the key's keys count."""
+    cache: LruCache[int, int] = LruCache(FILL_STATE_KEYS)
+    waiting: list[weakref.ref[Callable[[list[int]], list[int]]]] = []
+    for block in range(200):
+
+        def make(positions: list[int], value: int = block) -> list[int]:
+            return [value for _ in positions]
+
+        waiting.append(weakref.ref(make))
+        cache.put_all_later([7], make)
+        del make
+    assert sum(ref() is not None for ref in waiting) <= PENDING_BLOCKS + 1
+    assert list(cache.entries().items()) == [(7, 199)]
 
 
 def test_lru_cache_rejects_a_size_below_one() -> None:

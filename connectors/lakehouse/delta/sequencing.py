@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -68,22 +69,20 @@ def epochs(batch: ChangeBatch, key: Sequence[str], known: pa.Table | None) -> Ep
     if batch.restart is None or n == 0:
         return result
     at = positions_in(batch.data, known, key) if known is not None and known.num_rows else None
-    known_seqs = (
-        take_or_null(known.column(STATE_SEQ).cast(pa.large_binary()), at)
-        if known is not None and at is not None
-        else pa.nulls(n, pa.large_binary())
-    )
+
+    def known_values(column: str) -> pa.Array:
+        if known is None or at is None:
+            return pa.nulls(n, pa.large_binary())
+        return take_or_null(known.column(column).cast(pa.large_binary()), at)
+
+    known_seqs = known_values(STATE_SEQ)
     seq = batch.data.column(SEQ).combine_chunks()
     idx = np.asarray(batch.data.column(IDX), dtype=np.int64)
+    # Where does a key's sequence fall below the known one, or step back in arrival order?
     back = np.array(pc.fill_null(pc.less(seq, known_seqs), False), dtype=bool)
     if not back.any() and _never_back(seq, idx):
         return result
-    known_restarts = (
-        take_or_null(known.column(STATE_RESTART).cast(pa.large_binary()), at)
-        if known is not None and at is not None
-        else pa.nulls(n, pa.large_binary())
-    )
-    # Arrival order within each key: where does the sequence step back, or fall below the known one?
+    known_restarts = known_values(STATE_RESTART)
     kid = group_ids(batch.data, key)
     arrival = np.lexsort((idx, kid))
     ordered = seq.take(pa.array(arrival))
@@ -122,7 +121,7 @@ def epochs(batch: ChangeBatch, key: Sequence[str], known: pa.Table | None) -> Ep
     return result
 
 
-def _never_back(seq: pa.Array, idx: np.ndarray) -> bool:
+def _never_back(seq: pa.Array, idx: npt.NDArray[np.int64]) -> bool:
     """Whether the rows are in arrival order and their sequences never step back along it (NULLs left
     out): then no key's do."""
     if len(idx) > 1 and not bool(np.all(idx[1:] > idx[:-1])):

@@ -107,7 +107,7 @@ class CachedState:
         identity = list(merge.identity)
         source = merge.source
         rows_ids, source_ids = _identities(self.rows, source, identity)
-        if merge.unavailable is not None or (len(source_ids) and np.bincount(source_ids).max() > 1):
+        if merge.unavailable is not None or _repeats(source_ids):
             self.cache.rows = None  # what delta-rs makes of them: its merge, and the table read again
             return self.table.merge(merge)
         data = conform(self.table.table, source.drop_columns([OP]), identity, self.path)
@@ -139,6 +139,15 @@ def _identities(rows: pa.Table, source: pa.Table, identity: list[str]) -> tuple[
     )
     ids = group_ids(both, identity)
     return ids[: rows.num_rows], ids[rows.num_rows :]
+
+
+def _repeats(ids: np.ndarray) -> bool:
+    """Whether an identity comes twice (``group_ids``' dense ids are counted; a join's -1 is not one)."""
+    if not len(ids):
+        return False
+    if ids.min() < 0:
+        return len(np.unique(ids)) < len(ids)
+    return bool(np.bincount(ids).max() > 1)
 
 
 def _shaped(rows: pa.Table, schema: pa.Schema) -> pa.Table:
