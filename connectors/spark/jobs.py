@@ -79,6 +79,10 @@ def spark_errors() -> Iterator[None]:
         raise spark_failure(error) from error
 
 
+_STOP_WAIT_S = 60
+"""How long a stopped query's thread is waited for before its session is stopped."""
+
+
 def stop_quietly(query: StreamingQuery) -> None:
     """Stop ``query`` after a Ctrl-C: without a second interrupt breaking the stop, and without the
     tracebacks Py4J logs for the call the interrupt cut short."""
@@ -94,6 +98,10 @@ def stop_quietly(query: StreamingQuery) -> None:
     try:
         with contextlib.suppress(Exception):  # a cut connection: the query stops with its session
             query.stop()
+        # A call the interrupt cut short can leave the query's thread running: a session stopped before
+        # that thread's last call to the driver makes the JVM print a stack trace.
+        with contextlib.suppress(Exception):  # the query's own failure, or the connection's again
+            query.awaitTermination(_STOP_WAIT_S)
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
