@@ -79,10 +79,6 @@ def spark_errors() -> Iterator[None]:
         raise spark_failure(error) from error
 
 
-_STOP_WAIT_S = 60
-"""How long a stopped query's thread is waited for before its session is stopped."""
-
-
 def stop_quietly(query: StreamingQuery) -> None:
     """Stop ``query`` after a Ctrl-C: without a second interrupt breaking the stop, and without the
     tracebacks Py4J logs for the call the interrupt cut short."""
@@ -96,12 +92,15 @@ def stop_quietly(query: StreamingQuery) -> None:
     main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
     try:
-        with contextlib.suppress(Exception):  # a cut connection: the query stops with its session
-            query.stop()
-        # A call the interrupt cut short can leave the query's thread running: a session stopped before
-        # that thread's last call to the driver makes the JVM print a stack trace.
-        with contextlib.suppress(Exception):  # the query's own failure, or the connection's again
-            query.awaitTermination(_STOP_WAIT_S)
+        # A stop whose answer the interrupt cut short (Py4J: "Answer from Java side is empty") may leave
+        # the query's thread running, and a session stopped under that thread's last call to the driver
+        # makes the JVM print a stack trace: the stop is made again (once stopped, a no-op).
+        for _ in range(2):
+            try:
+                query.stop()
+                break
+            except Exception:  # noqa: BLE001, S112 - a cut connection: once more, then the session stops it
+                continue
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
