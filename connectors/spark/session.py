@@ -165,7 +165,8 @@ def default_shuffle_partitions(spark: SparkSession) -> int | None:
 
 @contextmanager
 def installed_pyspark_workers() -> Iterator[None]:
-    """While a local session's JVM starts: let its Python processes import this interpreter's pyspark.
+    """While a local session's JVM starts: let its Python processes import this interpreter's pyspark,
+    and fork its streaming sources' planners from a warm process.
 
     Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on every Python worker's path, and Python
     compiles modules imported from a zip anew in each process: 1.1 s of CPU for every streaming
@@ -175,16 +176,32 @@ def installed_pyspark_workers() -> Iterator[None]:
     with ``SPARK_HOME`` set to :func:`worker_spark_home`: the same Spark without the zips. A
     ``SPARK_HOME`` the user set, another worker Python or a failure to build the folder leaves Spark
     as it is.
+
+    With that, and unless ``PYSPARK_DRIVER_PYTHON`` names another Python, the JVM's Python for data
+    sources is the launcher of :mod:`~cdcflow.connectors.spark.warm_planners`: each streaming query's
+    planner is forked from a process that has imported it, instead of importing it for ~0.45 s.
     """
     home = None if "SPARK_HOME" in os.environ else worker_spark_home()
     if home is None:
         yield
         return
-    os.environ["SPARK_HOME"] = home
+    started = {"SPARK_HOME": home}
+    if os.environ.get("PYSPARK_DRIVER_PYTHON", sys.executable) == sys.executable:
+        from cdcflow.connectors.spark import warm_planners
+
+        server = warm_planners.start()
+        if server is not None:
+            started |= {"PYSPARK_DRIVER_PYTHON": server.launcher, warm_planners.SOCKET_ENV: server.socket}
+    before = {key: os.environ.get(key) for key in started}
+    os.environ.update(started)
     try:
         yield
     finally:
-        os.environ.pop("SPARK_HOME", None)
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def worker_spark_home(cache: Path | None = None) -> str | None:

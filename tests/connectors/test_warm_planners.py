@@ -1,0 +1,237 @@
+"""Streaming-source planners forked from a warm server: what the JVM starts through the launcher gets
+the launcher's environment, streams and exit code, and a query of the suite's session is planned so."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from source_cases import EXCLUDE, PRODUCTS
+
+from cdcflow.connectors.spark import warm_planners
+from cdcflow.connectors.spark.session import installed_pyspark_workers
+
+PLANNER = warm_planners.FORKED_MODULES[0]
+
+
+def parent_of(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2 :].split()[1])
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if parent_of(int(entry.name)) == pid:
+                    found.append(int(entry.name))
+            except (OSError, ValueError):
+                continue
+    return found
+
+
+def exceptions(stderr: bytes) -> list[str]:
+    """The lines of a traceback that are not frames."""
+    return [line for line in stderr.decode().splitlines() if line and not line[0].isspace()]
+
+
+def gone(pid: int, within_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return True
+        if state[state.rindex(")") + 2] == "Z":
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[str, int]]:
+    """A server of this test's own (the session's stays the session's): its socket and pid."""
+    path = str(tmp_path / "planners.sock")
+    process = subprocess.Popen(  # noqa: S603 - this interpreter, our module
+        [sys.executable, "-m", "cdcflow.connectors.spark.warm_planners", path, str(os.getpid())]
+    )
+    deadline = time.monotonic() + 60
+    while not os.path.exists(path):
+        assert process.poll() is None, "the server ended before it listened"
+        assert time.monotonic() < deadline, "the server did not listen within 60 s"
+        time.sleep(0.05)
+    yield path, process.pid
+    process.terminate()
+    process.wait(10)
+
+
+class FakeJvm:
+    """The JVM's end of a planner's connection (``PYTHON_WORKER_FACTORY_SOCK_PATH``): the planner
+    connects and sends its pid first."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = str(path)
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(self.path)
+        self.listener.listen(1)
+        self.listener.settimeout(60)
+
+    def planner_pid(self) -> tuple[socket.socket, int]:
+        connection, _ = self.listener.accept()
+        connection.settimeout(60)
+        data = b""
+        while len(data) < 4:
+            data += connection.recv(4 - len(data))
+        return connection, struct.unpack("!i", data)[0]
+
+
+@pytest.fixture
+def jvm(tmp_path: Path) -> Iterator[FakeJvm]:
+    fake = FakeJvm(tmp_path / "jvm.sock")
+    yield fake
+    fake.listener.close()
+
+
+def launch(launcher: str, jvm: FakeJvm, socket_path: str, *args: str, cwd: Path) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "PYTHON_WORKER_FACTORY_SOCK_PATH": jvm.path,
+        warm_planners.SOCKET_ENV: socket_path,
+    }
+    env.pop("PYTHON_WORKER_FACTORY_SECRET", None)
+    return subprocess.Popen(  # noqa: S603 - the launcher cdcflow wrote
+        [launcher, *args], env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+
+
+def test_a_planner_is_forked_by_the_server_with_the_launchers_environment_and_exit_code(
+    server: tuple[str, int], jvm: FakeJvm, tmp_path: Path
+) -> None:
+    socket_path, server_pid = server
+    launcher = warm_planners.launcher(tmp_path / "cache")
+    assert launcher is not None
+    forked = launch(launcher, jvm, socket_path, "-m", PLANNER, cwd=tmp_path)
+    connection, pid = jvm.planner_pid()
+    assert pid != forked.pid
+    assert parent_of(pid) == server_pid  # forked by the warm server, not started by the launcher
+    # It connected to the JVM the launcher's environment names, from the launcher's working directory.
+    assert Path(f"/proc/{pid}/cwd").resolve() == tmp_path.resolve()
+    connection.close()  # the JVM goes away: the planner fails reading its first command
+    _, forked_err = forked.communicate(timeout=60)
+    assert gone(pid)
+
+    # The same planner started fresh (no server at that path): the same exit code and error.
+    fresh = launch(launcher, jvm, str(tmp_path / "no-server.sock"), "-m", PLANNER, cwd=tmp_path)
+    connection, pid = jvm.planner_pid()
+    assert pid == fresh.pid  # the launcher exec'd this interpreter
+    connection.close()
+    _, fresh_err = fresh.communicate(timeout=60)
+    assert forked.returncode == fresh.returncode != 0
+    # The same exceptions (their frames differ only by how the module was run), and nothing else.
+    assert exceptions(forked_err) == exceptions(fresh_err)
+    assert exceptions(forked_err)[-1] == "BrokenPipeError: [Errno 32] Broken pipe"
+
+
+def test_stopping_the_launcher_stops_its_planner(
+    server: tuple[str, int], jvm: FakeJvm, tmp_path: Path
+) -> None:
+    socket_path, _ = server
+    launcher = warm_planners.launcher(tmp_path / "cache")
+    assert launcher is not None
+    forked = launch(launcher, jvm, socket_path, "-m", PLANNER, cwd=tmp_path)
+    connection, pid = jvm.planner_pid()
+    forked.send_signal(signal.SIGTERM)  # what Spark's Process.destroy() sends
+    forked.communicate(timeout=30)
+    assert forked.returncode == 128 + signal.SIGTERM
+    assert gone(pid)
+    connection.close()
+
+
+def test_every_other_command_is_this_interpreters(tmp_path: Path) -> None:
+    launcher = warm_planners.launcher(tmp_path / "cache")
+    assert launcher is not None
+    done = subprocess.run(  # noqa: S603 - the launcher cdcflow wrote
+        [launcher, "-c", "import sys; print(sys.executable, sys.argv[1:]); raise SystemExit(3)", "x"],
+        capture_output=True,
+        env={**os.environ, warm_planners.SOCKET_ENV: str(tmp_path / "unused.sock")},
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 3
+    assert done.stdout.decode().split() == [sys.executable, "['x']"]
+    assert warm_planners.launcher(tmp_path / "cache") == launcher  # written once
+    assert [p.name for p in (tmp_path / "cache" / "planner-launcher").iterdir()] == [Path(launcher).name]
+
+
+def test_the_server_ends_with_the_process_that_started_it(tmp_path: Path) -> None:
+    script = (
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from cdcflow.connectors.spark import warm_planners\n"
+        f"server = warm_planners.start(Path({str(tmp_path)!r}))\n"
+        "print(server.process.pid, flush=True)\n"
+        "time.sleep(1)\n"
+        "import os; os._exit(0)  # no atexit: the server must notice by itself\n"
+    )
+    done = subprocess.run(  # noqa: S603 - this interpreter, a fixed script
+        [sys.executable, "-c", script], capture_output=True, timeout=60, check=True
+    )
+    assert gone(int(done.stdout.split()[0]), within_s=15)
+
+
+def test_the_session_sets_the_launcher_only_while_the_jvm_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    monkeypatch.delenv("SPARK_HOME", raising=False)
+    monkeypatch.delenv("PYSPARK_DRIVER_PYTHON", raising=False)
+    with installed_pyspark_workers():
+        server = warm_planners.current()
+        assert server is not None
+        assert os.environ["PYSPARK_DRIVER_PYTHON"] == server.launcher
+        assert os.environ[warm_planners.SOCKET_ENV] == server.socket
+    assert "PYSPARK_DRIVER_PYTHON" not in os.environ
+    assert warm_planners.SOCKET_ENV not in os.environ
+    monkeypatch.setenv("PYSPARK_DRIVER_PYTHON", "/usr/bin/python3")  # the user's: left alone
+    with installed_pyspark_workers():
+        assert os.environ["PYSPARK_DRIVER_PYTHON"] == "/usr/bin/python3"
+        assert warm_planners.SOCKET_ENV not in os.environ
+
+
+@pytest.mark.integration
+def test_a_streaming_query_of_the_session_is_planned_by_a_forked_planner(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    server = warm_planners.current()
+    assert server is not None, "the suite's session starts as cdcflow's local sessions do"
+    before = set(children_of(server.process.pid))
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "a.txt").write_bytes(EXCLUDE.read_bytes())
+    query = (
+        spark.readStream.format("cdc-debezium")
+        .option("columns", PRODUCTS)
+        .load(str(source))
+        .writeStream.format("memory")
+        .queryName("warm_planner_rows")
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        planners = set(children_of(server.process.pid)) - before
+        assert len(planners) == 1
+        rows = spark.sql("SELECT count(*) FROM warm_planner_rows").collect()[0][0]
+        assert rows == spark.read.format("cdc-debezium").option("columns", PRODUCTS).load(str(source)).count()
+        assert rows > 0
+    finally:
+        query.stop()
+    assert all(gone(pid) for pid in planners)
