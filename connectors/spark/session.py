@@ -186,7 +186,13 @@ def installed_pyspark_workers() -> Iterator[None]:
         yield
         return
     started = {"SPARK_HOME": home}
-    if os.environ.get("PYSPARK_DRIVER_PYTHON", sys.executable) == sys.executable:
+    from pyspark import SparkContext
+
+    # A JVM already running keeps the environment it was started with.
+    if (
+        SparkContext._gateway is None
+        and os.environ.get("PYSPARK_DRIVER_PYTHON", sys.executable) == sys.executable
+    ):
         from cdcflow.connectors.spark import warm_planners
 
         server = warm_planners.start()

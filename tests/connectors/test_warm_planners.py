@@ -17,10 +17,10 @@ import pytest
 from pyspark.sql import SparkSession
 from source_cases import EXCLUDE, PRODUCTS
 
-from cdcflow.connectors.spark import warm_planners
+from cdcflow.connectors.spark import planner_server, warm_planners
 from cdcflow.connectors.spark.session import installed_pyspark_workers
 
-PLANNER = warm_planners.FORKED_MODULES[0]
+PLANNER = planner_server.FORKED_MODULES[0]
 
 
 def parent_of(pid: int) -> int:
@@ -63,7 +63,7 @@ def server(tmp_path: Path) -> Iterator[tuple[str, int]]:
     """A server of this test's own (the session's stays the session's): its socket and pid."""
     path = str(tmp_path / "planners.sock")
     process = subprocess.Popen(  # noqa: S603 - this interpreter, our module
-        [sys.executable, "-m", "cdcflow.connectors.spark.warm_planners", path, str(os.getpid())]
+        [sys.executable, "-m", "cdcflow.connectors.spark.planner_server", path, str(os.getpid())]
     )
     deadline = time.monotonic() + 60
     while not os.path.exists(path):
@@ -91,7 +91,10 @@ class FakeJvm:
         connection.settimeout(60)
         data = b""
         while len(data) < 4:
-            data += connection.recv(4 - len(data))
+            more = connection.recv(4 - len(data))
+            if not more:
+                raise ConnectionError("the planner left before it sent its pid")
+            data += more
         return connection, struct.unpack("!i", data)[0]
 
 
@@ -175,18 +178,58 @@ def test_every_other_command_is_this_interpreters(tmp_path: Path) -> None:
 
 def test_the_server_ends_with_the_process_that_started_it(tmp_path: Path) -> None:
     script = (
-        "import sys, time\n"
+        "import os, time\n"
         "from pathlib import Path\n"
         "from cdcflow.connectors.spark import warm_planners\n"
         f"server = warm_planners.start(Path({str(tmp_path)!r}))\n"
-        "print(server.process.pid, flush=True)\n"
-        "time.sleep(1)\n"
-        "import os; os._exit(0)  # no atexit: the server must notice by itself\n"
+        "while not os.path.exists(server.socket):\n"
+        "    time.sleep(0.05)\n"
+        "print(server.process.pid, server.socket, flush=True)\n"
+        "os._exit(0)  # no atexit: the server must notice by itself\n"
     )
     done = subprocess.run(  # noqa: S603 - this interpreter, a fixed script
-        [sys.executable, "-c", script], capture_output=True, timeout=60, check=True
+        [sys.executable, "-c", script], capture_output=True, timeout=120, check=True
     )
-    assert gone(int(done.stdout.split()[0]), within_s=15)
+    pid, path = done.stdout.decode().split()
+    assert gone(int(pid), within_s=15)
+    assert not Path(path).parent.exists()  # its socket and folder removed
+
+
+def test_a_bad_request_leaves_the_server_serving(
+    server: tuple[str, int], jvm: FakeJvm, tmp_path: Path
+) -> None:
+    socket_path, server_pid = server
+    for request in (b"", b"\x00\x00\x00\x05{oops", b"\x00\x00\x00\x02{}"):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.connect(socket_path)
+            if request:
+                socket.send_fds(client, [request], [0, 1, 2])
+            else:
+                client.sendall(request)
+            assert client.recv(4) == b""  # dropped, no child
+    launcher = warm_planners.launcher(tmp_path / "cache")
+    assert launcher is not None
+    forked = launch(launcher, jvm, socket_path, "-m", PLANNER, cwd=tmp_path)
+    connection, pid = jvm.planner_pid()
+    assert parent_of(pid) == server_pid
+    connection.close()
+    forked.communicate(timeout=60)
+
+
+def test_a_planner_whose_python_settings_differ_from_the_servers_starts_fresh(
+    server: tuple[str, int], jvm: FakeJvm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fresh planner would read them when it starts (a hash seed, warnings): the server's child
+    cannot, so the launcher starts the planner itself."""
+    socket_path, _ = server
+    launcher = warm_planners.launcher(tmp_path / "cache")
+    assert launcher is not None
+    monkeypatch.setenv("PYTHONHASHSEED", "123" if os.environ.get("PYTHONHASHSEED") != "123" else "7")
+    fresh = launch(launcher, jvm, socket_path, "-m", PLANNER, cwd=tmp_path)
+    connection, pid = jvm.planner_pid()
+    assert pid == fresh.pid
+    connection.close()
+    fresh.communicate(timeout=60)
 
 
 def test_the_session_sets_the_launcher_only_while_the_jvm_starts(monkeypatch: pytest.MonkeyPatch) -> None:
