@@ -106,9 +106,8 @@ def _runs(script: Path) -> bool:
 
 
 def start(cache: Path | None = None) -> Server | None:
-    """This process's server, started when there is none running; None where there can be none (no
-    Unix sockets, no launcher). A JVM keeps the socket path it was started with: a server started
-    again serves the JVMs started after it."""
+    """This process's server, started when there is none running (on the socket path of the one
+    before, which the JVM may hold); None where there can be none (no Unix sockets, no launcher)."""
     with _lock:
         running = current()
         if running is not None:
@@ -118,17 +117,24 @@ def start(cache: Path | None = None) -> Server | None:
         script = launcher(cache)
         if script is None:
             return None
-        path = os.path.join(tempfile.mkdtemp(prefix="cdcflow-planners-"), "socket")
+        # A JVM keeps the socket path it was started with: a server that ended is started on it again.
+        path = (
+            _servers[0].socket
+            if _servers
+            else os.path.join(tempfile.mkdtemp(prefix="cdcflow-planners-"), "socket")
+        )
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         process = subprocess.Popen(  # noqa: S603 - this interpreter, our module
             [sys.executable, "-m", planner_server.__name__, path, str(os.getpid())],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            # pyspark gives its Python processes this hash seed (SparkContext.environment)
+            env={**os.environ, "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0")},
             start_new_session=True,  # a Ctrl-C in the terminal is the driver's to handle
         )
         server = Server(script, path, process)
         if _servers:
-            _servers[0].close()
             _servers[0] = server
         else:
             _servers.append(server)
