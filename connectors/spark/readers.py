@@ -69,6 +69,10 @@ def _messages(split: FileRange) -> Iterator[Message]:
     return replay.read_messages(split.path, split.start, split.end, split.lines_before)
 
 
+_CONSUMERS = kafka_reader.ConsumerPool()
+"""The Kafka consumers of this process's input ranges (a reused Python worker reads one after another)."""
+
+
 def _read(plan: ReadPlan, partition: InputPartition) -> Iterator[pa.RecordBatch]:
     if not isinstance(partition, CdcInputPartition):
         # With no ranges to read (an empty topic) Spark still runs one task with its own partition.
@@ -92,6 +96,7 @@ def _read(plan: ReadPlan, partition: InputPartition) -> Iterator[pa.RecordBatch]
             fail_on_data_loss=plan.input.options.fail_on_data_loss,
             # A dead letter keeps the record's headers, whether or not the output shows them.
             include_headers=plan.include_headers or plan.dead_letters is not None,
+            pool=_CONSUMERS,
         )
         batches = _schema_checked(decoder.record_batches(chunks))
     else:

@@ -12,6 +12,7 @@ from pyspark.sql import types as st
 from test_decode_batches import COLUMNS, SCHEMA, blocks_apart, control_plan, expected
 from test_decode_batches import control_messages as control_events
 
+from cdcflow.connectors.errors import DataLossError
 from cdcflow.connectors.kafka import options as kafka_options
 from cdcflow.connectors.kafka import reader as kafka_reader
 from cdcflow.connectors.kafka.reader import RecordChunk, blocks
@@ -128,8 +129,12 @@ def test_a_range_readers_consumer_prefetches_what_the_range_holds(monkeypatch: p
     kafka_reader.new_consumer(options)
     given = {"kafka.bootstrap.servers": "b:9092", "subscribe": "t", "kafka.queued.min.messages": "77"}
     kafka_reader.new_consumer(kafka_options.KafkaOptions.parse(given), prefetch=7)
-    assert (configs[0]["queued.min.messages"], configs[0]["fetch.queue.backoff.ms"]) == (7, 5)
-    assert "queued.min.messages" not in configs[1] and "fetch.queue.backoff.ms" not in configs[1]
+    assert (
+        configs[0]["queued.min.messages"],
+        configs[0]["fetch.queue.backoff.ms"],
+        configs[0]["fetch.wait.max.ms"],
+    ) == (7, 5, 10)
+    assert not {"queued.min.messages", "fetch.queue.backoff.ms", "fetch.wait.max.ms"} & set(configs[1])
     assert str(configs[2]["queued.min.messages"]) == "77"
 
 
@@ -162,9 +167,54 @@ def test_chunks_read_from_a_broker_are_the_records_in_offset_order(kafka_cluster
     assert (records[2].headers, records[3].headers) == ((("n", b"102"),), ())
 
 
+@pytest.mark.integration
+def test_a_pooled_consumer_reads_range_after_range_of_several_partitions(
+    kafka_cluster: KafkaCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from confluent_kafka import Producer
+
+    topic = unique_topic("pooled")
+    kafka_cluster.create_topic(topic, 2)
+    producer = Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers})
+    for index in range(3000):
+        for partition in (0, 1):
+            producer.produce(topic, b"p%d-%d" % (partition, index), partition=partition)
+    producer.flush()
+    made = []
+    new_consumer = kafka_reader.new_consumer
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        made.append(new_consumer(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(kafka_reader, "new_consumer", counted)
+    options = kafka_options.KafkaOptions.parse(
+        {"kafka.bootstrap.servers": kafka_cluster.bootstrap_servers, "subscribe": topic}
+    )
+    pool = kafka_reader.ConsumerPool()
+    # Ranges as micro-batches give them: partitions in turn, some ending at the partition's end.
+    ranges = [(0, 0, 1000), (1, 0, 1000), (0, 1000, 2000), (1, 1000, 2000), (0, 2000, 3000), (1, 2990, 3000)]
+    for partition, start, end in ranges:
+        rng = kafka_options.OffsetRange(topic, partition, start, end)
+        chunks = kafka_reader.read_range_chunks(options, rng, pool=pool)
+        records = [m for chunk in chunks for m in chunk.messages()]
+        assert [m.offset for m in records] == list(range(start, end))
+        assert [m.value for m in records] == [b"p%d-%d" % (partition, i) for i in range(start, end)]
+        assert {(m.topic, m.partition) for m in records} == {(topic, partition)}
+    assert len(made) == 2  # one per prefetch size: the 1,000-record ranges', the 10-record range's
+
+
 class FakeRecord:
-    def __init__(self, offset: int, *, stamp: int | None = 1000, error: Any = None) -> None:
-        self._offset, self._stamp, self._error = offset, stamp, error
+    def __init__(
+        self, offset: int, *, stamp: int | None = 1000, error: Any = None, partition: int = 0
+    ) -> None:
+        self._offset, self._stamp, self._error, self._partition = offset, stamp, error, partition
+
+    def topic(self) -> str:
+        return "t"
+
+    def partition(self) -> int:
+        return self._partition
 
     def error(self) -> Any:
         return self._error
@@ -178,7 +228,7 @@ class FakeRecord:
         return (TIMESTAMP_NOT_AVAILABLE, -1) if self._stamp is None else (TIMESTAMP_CREATE_TIME, self._stamp)
 
     def value(self) -> bytes:
-        return b"v%d" % self._offset
+        return b"v%d" % self._offset if self._partition == 0 else b"p%dv%d" % (self._partition, self._offset)
 
     def key(self) -> bytes:
         return b"k%d" % self._offset
@@ -192,9 +242,13 @@ class FakeConsumer:
 
     def __init__(self, batches: list[list[FakeRecord]]) -> None:
         self.batches = batches
+        self.assigned = self.unassigned = self.closed = 0
 
     def assign(self, partitions: Any) -> None:
-        pass
+        self.assigned += 1
+
+    def unassign(self) -> None:
+        self.unassigned += 1
 
     def consume(self, num_messages: int, timeout: float) -> list[FakeRecord]:
         return self.batches.pop(0) if self.batches else []
@@ -203,7 +257,7 @@ class FakeConsumer:
         return 0, 100
 
     def close(self) -> None:
-        pass
+        self.closed += 1
 
 
 def scripted_read(
@@ -241,8 +295,65 @@ def test_a_batch_with_gaps_or_past_the_range_is_read_record_by_record(
 
 
 def test_a_range_prefetches_what_it_holds_up_to_two_consume_calls(monkeypatch: pytest.MonkeyPatch) -> None:
-    chunks, prefetched = scripted_read(monkeypatch, [[FakeRecord(40), FakeRecord(41)]], 40, 42)
+    batches = [[FakeRecord(40), FakeRecord(41)]]
+    chunks, prefetched = scripted_read(monkeypatch, batches, 40, 42)
     assert [chunk.offsets for chunk in chunks] == [[40, 41]] and prefetched == [2]
     options = kafka_options.KafkaOptions.parse({"kafka.bootstrap.servers": "b:9092", "subscribe": "t"})
-    kafka_reader._RangeReader(options, kafka_options.OffsetRange("t", 0, 0, 30_000), False, False)
+    batches.append([FakeRecord(0)])
+    next(kafka_reader.read_range_chunks(options, kafka_options.OffsetRange("t", 0, 0, 30_000)))
     assert prefetched == [2, 10_000]
+
+
+def test_records_and_events_of_another_partition_are_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What a pooled consumer's previous range may leave behind: never read as this range's, and its
+    end-of-partition event never ends this range."""
+    from confluent_kafka import KafkaError
+
+    eof = KafkaError(KafkaError._PARTITION_EOF)
+    batches = [
+        [FakeRecord(0, partition=1), FakeRecord(1, partition=1)],  # all another partition's
+        [FakeRecord(50, partition=1, error=eof)],  # its end: offset 50, past this range's end
+        [FakeRecord(2, partition=1), FakeRecord(0), FakeRecord(1)],  # mixed
+        [FakeRecord(2)],
+    ]
+    chunks, _ = scripted_read(monkeypatch, batches, 0, 3)
+    assert [chunk.offsets for chunk in chunks] == [[0, 1], [2]]
+    assert [value for chunk in chunks for value in chunk.values] == [b"v0", b"v1", b"v2"]
+
+
+def test_a_pool_keeps_a_consumer_that_read_its_range_and_closes_one_that_failed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from confluent_kafka import KafkaError
+
+    made: list[FakeConsumer] = []
+    script: list[list[FakeRecord]] = []
+
+    def consumer(options: Any, on_error: Any = None, *, prefetch: int | None = None) -> FakeConsumer:
+        made.append(FakeConsumer(script))
+        return made[-1]
+
+    monkeypatch.setattr(kafka_reader, "new_consumer", consumer)
+    options = kafka_options.KafkaOptions.parse({"kafka.bootstrap.servers": "b:9092", "subscribe": "t"})
+    pool = kafka_reader.ConsumerPool(size=1)
+
+    def read(start: int, end: int, *batches: list[FakeRecord]) -> list[int]:
+        script.extend(batches)
+        rng = kafka_options.OffsetRange("t", 0, start, end)
+        return [o for chunk in kafka_reader.read_range_chunks(options, rng, pool=pool) for o in chunk.offsets]
+
+    assert read(0, 2, [FakeRecord(0), FakeRecord(1)]) == [0, 1]
+    assert read(2, 4, [FakeRecord(2), FakeRecord(3)]) == [2, 3]
+    assert len(made) == 1 and (made[0].assigned, made[0].unassigned, made[0].closed) == (2, 2, 0)
+    gone = KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
+    with pytest.raises(DataLossError, match="does not exist any more"):
+        read(4, 6, [FakeRecord(4, error=gone)])
+    assert made[0].closed == 1  # not kept
+    assert read(6, 8, [FakeRecord(6), FakeRecord(7)]) == [6, 7]
+    assert len(made) == 2
+    reader = kafka_reader.read_range_chunks(options, kafka_options.OffsetRange("t", 0, 8, 10), pool=pool)
+    script.append([FakeRecord(8)])
+    assert next(reader).offsets == [8]
+    reader.close()  # left early: its consumer is closed, not kept
+    assert len(made) == 2 and made[1].closed == 1
+    assert read(10, 12, [FakeRecord(10), FakeRecord(11)]) == [10, 11] and len(made) == 3
