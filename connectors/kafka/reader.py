@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import logging
+import os
 import re
 import threading
 import time
@@ -151,7 +152,7 @@ def read_range_chunks(
     headers = options.include_headers if include_headers is None else include_headers
     prefetch = min(rng.size, _PREFETCH)
     if pool is not None:
-        with pool.consumer(options, prefetch) as (consumer, errors):
+        with pool.consumer(options, pooled_prefetch(rng.size)) as (consumer, errors):
             reader = _RangeReader(options, rng, fail, headers, consumer)
             errors.target = reader._on_client_error
             yield from reader.chunks()
@@ -181,27 +182,36 @@ class ConsumerPool:
 
     A reused Python worker reads range after range (one per partition and micro-batch); a consumer of
     its own cost each range a connection, metadata requests and librdkafka's threads (~20 ms, ~15 ms
-    of CPU). A consumer that read its range to the end is unassigned and kept (at most ``size`` in
-    all); one whose read failed or was left early is closed.
+    of CPU). A consumer that read its range to the end is unassigned, its queue drained, and kept (at
+    most ``size`` in all, none idle longer than ``idle_s`` or older than ``age_s``: credentials read
+    from files, say, are read again); one whose read failed or was left early is closed.
+
+    Records, partition ends and fetch errors of an earlier assignment never reach the next reader:
+    librdkafka drops what a partition's fetcher queued before ``unassign`` (its version barrier). The
+    events it does not version (an offset reset, an unknown partition from metadata) and client errors
+    of the idle time are drained, unread, when the consumer is taken again.
     """
 
-    def __init__(self, size: int = 2) -> None:
-        self.size = size
-        self._idle: list[tuple[Hashable, Consumer, _ErrorRoute]] = []
+    def __init__(self, size: int = 2, idle_s: float = 60.0, age_s: float = 600.0) -> None:
+        self.size, self.idle_s, self.age_s = size, idle_s, age_s
+        self._idle: list[_Idle] = []
         self._lock = threading.Lock()
+        self._pid = os.getpid()
 
     @contextlib.contextmanager
     def consumer(self, options: KafkaOptions, prefetch: int) -> Iterator[tuple[Consumer, _ErrorRoute]]:
         """An idle consumer of these settings, or a new one; kept again if the block ends normally."""
         key: Hashable = (options.client, options.group_id_prefix, prefetch)
-        with self._lock:
-            found = next((i for i, (k, _, _) in enumerate(self._idle) if k == key), None)
-            taken = self._idle.pop(found) if found is not None else None
+        taken, expired = self._take(key)
+        for old in expired:
+            old.consumer.close()
         if taken is None:
             route = _ErrorRoute()
             consumer = new_consumer(options, route, prefetch=prefetch)
+            born = time.monotonic()
         else:
-            _, consumer, route = taken
+            consumer, route, born = taken.consumer, taken.route, taken.born
+            _drain(consumer)
         try:
             yield consumer, route
         except BaseException:
@@ -211,15 +221,53 @@ class ConsumerPool:
         route.target = None
         try:
             consumer.unassign()
-        except Exception:  # noqa: BLE001 - a consumer that cannot be unassigned is not kept
+            _drain(consumer)
+        except Exception:  # noqa: BLE001 - the range was read; a consumer that fails this is not kept
             consumer.close()
             return
+        except BaseException:
+            consumer.close()
+            raise
         with self._lock:
-            self._idle.append((key, consumer, route))
+            self._idle.append(_Idle(key, consumer, route, born, time.monotonic()))
             extra = self._idle[: max(0, len(self._idle) - self.size)]
             del self._idle[: len(extra)]
-        for _, old, _ in extra:
-            old.close()
+        for old in extra:
+            old.consumer.close()
+
+    def _take(self, key: Hashable) -> tuple[_Idle | None, list[_Idle]]:
+        now = time.monotonic()
+        with self._lock:
+            if os.getpid() != self._pid:  # a fork's copies of librdkafka handles do not work: left alone
+                self._idle, self._pid = [], os.getpid()
+            expired = [i for i in self._idle if now - i.since > self.idle_s or now - i.born > self.age_s]
+            self._idle = [i for i in self._idle if i not in expired]
+            found = next((i for i in self._idle if i.key == key), None)
+            if found is not None:
+                self._idle.remove(found)
+        return found, expired
+
+
+@dataclass
+class _Idle:
+    key: Hashable
+    consumer: Consumer
+    route: _ErrorRoute
+    born: float
+    since: float
+
+
+def _drain(consumer: Consumer) -> None:
+    """Whatever the consumer has queued (it has no partition assigned), dropped unread."""
+    for _ in range(100):
+        if not consumer.consume(_BATCH_SIZE, timeout=0):
+            return
+
+
+def pooled_prefetch(size: int) -> int:
+    """A pooled range reader's prefetch: the range's size rounded up to a power of two (at most twice
+    what it holds), so that ranges of similar sizes share consumers."""
+    return min(_PREFETCH, 1 << max(0, size - 1).bit_length())
 
 
 class _RangeReader:
@@ -381,9 +429,16 @@ class _RangeReader:
         return False
 
     def _elsewhere(self, record: KafkaMessage) -> bool:
-        """A record or event of another partition: a range a pooled consumer read before."""
-        topic = record.topic()
-        return topic is not None and (topic != self.rng.topic or record.partition() != self.rng.partition)
+        """A record or event of another partition (never expected: a consumer reads one partition at a
+        time, and librdkafka drops what an earlier assignment left; not read as this range's if it
+        came)."""
+        topic, partition = record.topic(), record.partition()
+        return (
+            topic is not None
+            and partition is not None
+            and partition >= 0
+            and (topic != self.rng.topic or partition != self.rng.partition)
+        )
 
     def _on_client_error(self, error: KafkaError) -> None:
         self.last_error = self.options.client.explain(error)

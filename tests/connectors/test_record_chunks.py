@@ -192,8 +192,18 @@ def test_a_pooled_consumer_reads_range_after_range_of_several_partitions(
         {"kafka.bootstrap.servers": kafka_cluster.bootstrap_servers, "subscribe": topic}
     )
     pool = kafka_reader.ConsumerPool()
-    # Ranges as micro-batches give them: partitions in turn, some ending at the partition's end.
-    ranges = [(0, 0, 1000), (1, 0, 1000), (0, 1000, 2000), (1, 1000, 2000), (0, 2000, 3000), (1, 2990, 3000)]
+    # Ranges as micro-batches give them, partitions in turn, and then some read again: one that ends
+    # at the partition's end (its end event queued), followed by earlier offsets of the same partition.
+    ranges = [
+        (0, 0, 1000),
+        (1, 0, 1000),
+        (0, 2000, 3000),
+        (0, 1000, 2000),
+        (1, 1000, 2000),
+        (0, 0, 1000),
+        (1, 2000, 3000),
+        (1, 2990, 3000),
+    ]
     for partition, start, end in ranges:
         rng = kafka_options.OffsetRange(topic, partition, start, end)
         chunks = kafka_reader.read_range_chunks(options, rng, pool=pool)
@@ -201,7 +211,7 @@ def test_a_pooled_consumer_reads_range_after_range_of_several_partitions(
         assert [m.offset for m in records] == list(range(start, end))
         assert [m.value for m in records] == [b"p%d-%d" % (partition, i) for i in range(start, end)]
         assert {(m.topic, m.partition) for m in records} == {(topic, partition)}
-    assert len(made) == 2  # one per prefetch size: the 1,000-record ranges', the 10-record range's
+    assert len(made) == 2  # one per prefetch: the 1,000-record ranges' (1,024), the 10-record range's (16)
 
 
 class FakeRecord:
@@ -243,6 +253,7 @@ class FakeConsumer:
     def __init__(self, batches: list[list[FakeRecord]]) -> None:
         self.batches = batches
         self.assigned = self.unassigned = self.closed = 0
+        self.unversioned: list[FakeRecord] = []
 
     def assign(self, partitions: Any) -> None:
         self.assigned += 1
@@ -251,6 +262,11 @@ class FakeConsumer:
         self.unassigned += 1
 
     def consume(self, num_messages: int, timeout: float) -> list[FakeRecord]:
+        if self.unversioned:  # librdkafka hands these out whatever is assigned
+            events, self.unversioned = self.unversioned, []
+            return events
+        if self.assigned == self.unassigned:
+            return []  # nothing assigned: nothing fetched
         return self.batches.pop(0) if self.batches else []
 
     def get_watermark_offsets(self, partition: Any, timeout: float, cached: bool) -> tuple[int, int]:
@@ -342,10 +358,11 @@ def test_a_pool_keeps_a_consumer_that_read_its_range_and_closes_one_that_failed(
         rng = kafka_options.OffsetRange("t", 0, start, end)
         return [o for chunk in kafka_reader.read_range_chunks(options, rng, pool=pool) for o in chunk.offsets]
 
+    gone = KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
     assert read(0, 2, [FakeRecord(0), FakeRecord(1)]) == [0, 1]
+    made[0].unversioned.append(FakeRecord(2, error=gone))  # queued while idle: not the next range's
     assert read(2, 4, [FakeRecord(2), FakeRecord(3)]) == [2, 3]
     assert len(made) == 1 and (made[0].assigned, made[0].unassigned, made[0].closed) == (2, 2, 0)
-    gone = KafkaError(KafkaError.UNKNOWN_TOPIC_OR_PART)
     with pytest.raises(DataLossError, match="does not exist any more"):
         read(4, 6, [FakeRecord(4, error=gone)])
     assert made[0].closed == 1  # not kept
