@@ -3,6 +3,7 @@ the launcher's environment, streams and exit code, and a query of the suite's se
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -14,7 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pyspark.sql import SparkSession
 from source_cases import EXCLUDE, PRODUCTS
 
 from cdcflow.connectors.spark import planner_server, warm_planners
@@ -233,6 +233,9 @@ def test_a_planner_whose_python_settings_differ_from_the_servers_starts_fresh(
 
 
 def test_the_session_sets_the_launcher_only_while_the_jvm_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pyspark import SparkContext
+
+    monkeypatch.setattr(SparkContext, "_gateway", None)  # as before a session's JVM starts
     monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
     monkeypatch.delenv("SPARK_HOME", raising=False)
     monkeypatch.delenv("PYSPARK_DRIVER_PYTHON", raising=False)
@@ -249,32 +252,74 @@ def test_the_session_sets_the_launcher_only_while_the_jvm_starts(monkeypatch: py
         assert warm_planners.SOCKET_ENV not in os.environ
 
 
+QUERY = """
+import json, os, sys
+from pathlib import Path
+from cdcflow.connectors.spark import warm_planners
+from cdcflow.connectors.spark.jobs import local_session
+
+def parent_of(pid):
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2 :].split()[1])
+
+spark = local_session("cdcflow-warm-planner-test")
+server = warm_planners.current()
+query = (
+    spark.readStream.format("cdc-debezium").option("columns", sys.argv[2]).load(sys.argv[1])
+    .writeStream.format("memory").queryName("rows").trigger(processingTime="200 milliseconds").start()
+)
+query.processAllAvailable()
+planners = []
+for entry in Path("/proc").iterdir():
+    try:
+        command = (entry / "cmdline").read_bytes() if entry.name.isdigit() else b""
+        if b"python_streaming_source_runner" in command and b"planner-launcher" not in command:
+            planners.append(command.decode(errors="replace"))
+    except OSError:
+        pass
+children = []
+for entry in Path("/proc").iterdir():
+    try:
+        if entry.name.isdigit() and server is not None and parent_of(int(entry.name)) == server.process.pid:
+            children.append(int(entry.name))
+    except (OSError, ValueError):
+        pass
+rows = spark.sql("SELECT count(*) FROM rows").collect()[0][0]
+batch = spark.read.format("cdc-debezium").option("columns", sys.argv[2]).load(sys.argv[1]).count()
+jvm = spark._jvm.java.lang.System
+print(json.dumps({
+    "server": None if server is None else server.process.pid,
+    "children": children,
+    "fresh planners": planners,
+    "rows": rows,
+    "batch rows": batch,
+    "jvm PYSPARK_DRIVER_PYTHON": jvm.getenv("PYSPARK_DRIVER_PYTHON"),
+    "launcher": None if server is None else server.launcher,
+}))
+query.stop()
+spark.stop()
+"""
+
+
 @pytest.mark.integration
-def test_a_streaming_query_of_the_session_is_planned_by_a_forked_planner(
-    spark: SparkSession, tmp_path: Path
-) -> None:
-    server = warm_planners.current()
-    assert server is not None, "the suite's session starts as cdcflow's local sessions do"
-    before = set(children_of(server.process.pid))
+def test_a_streaming_query_of_a_local_session_is_planned_by_a_forked_planner(tmp_path: Path) -> None:
+    """The user's path: a session cdcflow starts (``local_session``, as ``cdcflow ingest`` does), a
+    streaming query of a ``cdc-*`` source: its planner is a child of the warm server (forked, so its
+    command line is the server's, not ``python -m ...python_streaming_source_runner``)."""
     source = tmp_path / "in"
     source.mkdir()
     (source / "a.txt").write_bytes(EXCLUDE.read_bytes())
-    query = (
-        spark.readStream.format("cdc-debezium")
-        .option("columns", PRODUCTS)
-        .load(str(source))
-        .writeStream.format("memory")
-        .queryName("warm_planner_rows")
-        .trigger(processingTime="200 milliseconds")
-        .start()
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_DRIVER_PYTHON", "SPARK_HOME")}
+    done = subprocess.run(  # noqa: S603 - this interpreter, a fixed script
+        [sys.executable, "-c", QUERY, str(source), PRODUCTS],
+        capture_output=True,
+        env={**env, "XDG_CACHE_HOME": str(tmp_path / "cache")},
+        timeout=300,
+        check=False,
     )
-    try:
-        query.processAllAvailable()
-        planners = set(children_of(server.process.pid)) - before
-        assert len(planners) == 1
-        rows = spark.sql("SELECT count(*) FROM warm_planner_rows").collect()[0][0]
-        assert rows == spark.read.format("cdc-debezium").option("columns", PRODUCTS).load(str(source)).count()
-        assert rows > 0
-    finally:
-        query.stop()
-    assert all(gone(pid) for pid in planners)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    found = json.loads(done.stdout.decode().strip().splitlines()[-1])
+    assert found["server"] is not None, found
+    assert found["jvm PYSPARK_DRIVER_PYTHON"] == found["launcher"], found
+    assert len(found["children"]) == 1 and found["fresh planners"] == [], found
+    assert found["rows"] == found["batch rows"] > 0
