@@ -56,7 +56,8 @@ def _forked(path: str, module: str) -> None:
     for signum in _FORWARDED:
         if signal.getsignal(signum) is not signal.SIG_IGN:
             signal.signal(signum, forward)
-    request = json.dumps({"env": dict(os.environ), "cwd": os.getcwd(), "module": module}).encode()
+    given = {"env": dict(os.environ), "cwd": os.getcwd(), "module": module, "launcher": os.getpid()}
+    request = json.dumps(given).encode()
     try:
         server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         server.settimeout(CONNECT_S)

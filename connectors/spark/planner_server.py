@@ -17,6 +17,7 @@ import json
 import os
 import re
 import runpy
+import select
 import signal
 import socket
 import struct
@@ -43,16 +44,17 @@ class Request:
     env: dict[str, str]
     cwd: str
     module: str
+    launcher: int
 
     @classmethod
     def parse(cls, body: bytes) -> Request:
         given = json.loads(body)
         if not isinstance(given, dict) or given.get("module") not in FORKED_MODULES:
             raise ValueError("not a planner's start")
-        env, cwd = given.get("env"), given.get("cwd")
-        if not isinstance(env, dict) or not isinstance(cwd, str):
-            raise ValueError("no environment or working directory")
-        return cls({str(k): str(v) for k, v in env.items()}, cwd, str(given["module"]))
+        env, cwd, launcher = given.get("env"), given.get("cwd"), given.get("launcher")
+        if not isinstance(env, dict) or not isinstance(cwd, str) or not isinstance(launcher, int):
+            raise ValueError("no environment, working directory or launcher")
+        return cls({str(k): str(v) for k, v in env.items()}, cwd, str(given["module"]), launcher)
 
 
 def start_time_settings(env: Mapping[str, str]) -> dict[str, str]:
@@ -149,9 +151,10 @@ def _child(listener: socket.socket, connection: socket.socket, fds: list[int], r
                     stream.reconfigure(write_through=True)  # type: ignore[union-attr]
         given = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
         sys.path[:] = [os.getcwd(), *given, *(p for p in sys.path[1:] if p not in given)]
+        launcher = _watch(request.launcher)
         connection.sendall(_INT.pack(os.getpid()))
         started = True
-        code = _run(request.module)
+        code = _run(request.module, launcher)
         atexit._run_exitfuncs()
     except BaseException:  # noqa: BLE001 - reported below; a child must never return into the server
         with contextlib.suppress(BaseException):
@@ -167,7 +170,7 @@ def _child(listener: socket.socket, connection: socket.socket, fds: list[int], r
         os._exit(code & 0xFF)
 
 
-def _run(module: str) -> int:
+def _run(module: str, launcher: int | None) -> int:
     """Run ``module`` as ``__main__``; its exit code as ``python -m`` would give it."""
     sys.argv = [module]
     try:
@@ -178,11 +181,31 @@ def _run(module: str) -> int:
         print(ended.code, file=sys.stderr)
         return 1
     except BaseException:  # noqa: BLE001 - Python prints an uncaught exception and exits 1
+        if _stopped(launcher):
+            return 128 + signal.SIGTERM
         import traceback
 
         traceback.print_exc()
         return 1
     return 0
+
+
+def _watch(pid: int) -> int | None:
+    """A descriptor that becomes readable when the process ``pid`` ends (None where there is none)."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None
+
+
+def _stopped(launcher: int | None, within_s: float = 1.0) -> bool:
+    """Whether the launcher ended, or ends within ``within_s``: Spark stops a planner by ending its
+    process (the launcher, which passes the ``SIGTERM`` on) and then closing its connection, so a
+    child may see the connection close first. A fresh planner would have ended without a word."""
+    if launcher is None:
+        return False
+    readable, _, _ = select.select([launcher], [], [], within_s)
+    return bool(readable)
 
 
 if __name__ == "__main__":
