@@ -14,6 +14,7 @@ from test_decode_batches import control_messages as control_events
 
 from cdcflow.connectors.errors import DataLossError
 from cdcflow.connectors.kafka import options as kafka_options
+from cdcflow.connectors.kafka import producer as kafka_producer
 from cdcflow.connectors.kafka import reader as kafka_reader
 from cdcflow.connectors.kafka.reader import RecordChunk, blocks
 from cdcflow.connectors.spark.arrow_types import arrow_schema
@@ -171,15 +172,10 @@ def test_chunks_read_from_a_broker_are_the_records_in_offset_order(kafka_cluster
 def test_a_pooled_consumer_reads_range_after_range_of_several_partitions(
     kafka_cluster: KafkaCluster, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from confluent_kafka import Producer
-
     topic = unique_topic("pooled")
     kafka_cluster.create_topic(topic, 2)
-    producer = Producer({"bootstrap.servers": kafka_cluster.bootstrap_servers})
-    for index in range(3000):
-        for partition in (0, 1):
-            producer.produce(topic, b"p%d-%d" % (partition, index), partition=partition)
-    producer.flush()
+    messages = [Message(b"p%d-%d" % (p, i), partition=p) for i in range(3000) for p in (0, 1)]
+    kafka_producer.produce_messages(kafka_cluster.bootstrap_servers, messages, topic)
     made = []
     new_consumer = kafka_reader.new_consumer
 

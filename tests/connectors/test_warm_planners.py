@@ -105,6 +105,14 @@ def jvm(tmp_path: Path) -> Iterator[FakeJvm]:
     fake.listener.close()
 
 
+@pytest.fixture
+def launcher(tmp_path: Path) -> str:
+    """The launcher for this interpreter, written to the test's own cache."""
+    script = warm_planners.launcher(tmp_path / "cache")
+    assert script is not None
+    return script
+
+
 def launch(launcher: str, jvm: FakeJvm, socket_path: str, *args: str, cwd: Path) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
@@ -118,11 +126,9 @@ def launch(launcher: str, jvm: FakeJvm, socket_path: str, *args: str, cwd: Path)
 
 
 def test_a_planner_is_forked_by_the_server_with_the_launchers_environment_and_exit_code(
-    server: tuple[str, int], jvm: FakeJvm, tmp_path: Path
+    server: tuple[str, int], jvm: FakeJvm, launcher: str, tmp_path: Path
 ) -> None:
     socket_path, server_pid = server
-    launcher = warm_planners.launcher(tmp_path / "cache")
-    assert launcher is not None
     forked = launch(launcher, jvm, socket_path, "-m", PLANNER, cwd=tmp_path)
     connection, pid = jvm.planner_pid()
     assert pid != forked.pid
@@ -146,11 +152,9 @@ def test_a_planner_is_forked_by_the_server_with_the_launchers_environment_and_ex
 
 
 def test_stopping_the_launcher_stops_its_planner(
-    server: tuple[str, int], jvm: FakeJvm, tmp_path: Path
+    server: tuple[str, int], jvm: FakeJvm, launcher: str, tmp_path: Path
 ) -> None:
     socket_path, _ = server
-    launcher = warm_planners.launcher(tmp_path / "cache")
-    assert launcher is not None
     forked = launch(launcher, jvm, socket_path, "-m", PLANNER, cwd=tmp_path)
     connection, pid = jvm.planner_pid()
     forked.send_signal(signal.SIGTERM)  # what Spark's Process.destroy() sends
@@ -160,9 +164,7 @@ def test_stopping_the_launcher_stops_its_planner(
     connection.close()
 
 
-def test_every_other_command_is_this_interpreters(tmp_path: Path) -> None:
-    launcher = warm_planners.launcher(tmp_path / "cache")
-    assert launcher is not None
+def test_every_other_command_is_this_interpreters(launcher: str, tmp_path: Path) -> None:
     done = subprocess.run(  # noqa: S603 - the launcher cdcflow wrote
         [launcher, "-c", "import sys; print(sys.executable, sys.argv[1:]); raise SystemExit(3)", "x"],
         capture_output=True,
@@ -196,7 +198,7 @@ def test_the_server_ends_with_the_process_that_started_it(tmp_path: Path) -> Non
 
 
 def test_a_bad_request_leaves_the_server_serving(
-    server: tuple[str, int], jvm: FakeJvm, tmp_path: Path
+    server: tuple[str, int], jvm: FakeJvm, launcher: str, tmp_path: Path
 ) -> None:
     socket_path, server_pid = server
     for request in (b"", b"\x00\x00\x00\x05{oops", b"\x00\x00\x00\x02{}"):
@@ -207,8 +209,6 @@ def test_a_bad_request_leaves_the_server_serving(
             else:
                 client.sendall(request)
             assert client.recv(4) == b""  # dropped, no child
-    launcher = warm_planners.launcher(tmp_path / "cache")
-    assert launcher is not None
     forked = launch(launcher, jvm, socket_path, "-m", PLANNER, cwd=tmp_path)
     connection, pid = jvm.planner_pid()
     assert parent_of(pid) == server_pid
@@ -217,13 +217,11 @@ def test_a_bad_request_leaves_the_server_serving(
 
 
 def test_a_planner_whose_python_settings_differ_from_the_servers_starts_fresh(
-    server: tuple[str, int], jvm: FakeJvm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    server: tuple[str, int], jvm: FakeJvm, launcher: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A fresh planner would read them when it starts (a hash seed, warnings): the server's child
     cannot, so the launcher starts the planner itself."""
     socket_path, _ = server
-    launcher = warm_planners.launcher(tmp_path / "cache")
-    assert launcher is not None
     monkeypatch.setenv("PYTHONHASHSEED", "123" if os.environ.get("PYTHONHASHSEED") != "123" else "7")
     fresh = launch(launcher, jvm, socket_path, "-m", PLANNER, cwd=tmp_path)
     connection, pid = jvm.planner_pid()
