@@ -22,7 +22,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Literal, TextIO
 
 from cdcflow.connectors.errors import ConnectorError, ConnectorOptionError, schema_change
-from cdcflow.connectors.lakehouse import added_columns
+from cdcflow.connectors.lakehouse import added_columns, checkpoint_logs
 from cdcflow.connectors.lakehouse.checkpoint_lease import CheckpointLease
 from cdcflow.connectors.lakehouse.delta.batch import OnTruncate
 from cdcflow.connectors.lakehouse.delta.options import Materialize
@@ -629,7 +629,8 @@ def _run(
             writer = writer.trigger(processingTime=config.interval)
         if gate.stopping:
             return True
-        query = gate.query = writer.start()
+        with checkpoint_logs.local_logs(session, config.checkpoint):
+            query = gate.query = writer.start()
         try:
             return _follow(query, gate, out, counts)
         except StreamingQueryException as error:

@@ -622,8 +622,7 @@ def link_keys(batch: ChangeBatch, links: Links, key: Sequence[str]) -> pa.Table 
         text
         for name in (links.old_key, links.new_key)
         if name in extra.schema.names
-        for text in extra.column(name).to_pylist()
-        if text is not None
+        for text in pc.drop_null(extra.column(name)).to_pylist()
     ]
     if not texts:
         return None
@@ -638,10 +637,14 @@ def covered(rows: pa.Table | None, keys: pa.Table, key: Sequence[str], read: Loo
     """A lookup that answers from ``rows``, read before for ``keys`` (in Delta's types), when those hold
     every key asked for, and reads otherwise."""
     names = list(key)
-    distinct = keys.select(names).group_by(names).aggregate([])
+    distinct: list[pa.Table] = []  # made at the first lookup: most batches fill nothing
 
     def lookup(wanted: pa.Table) -> pa.Table | None:
-        if rows is None or not bool(np.all(positions_in(wanted, distinct, names) >= 0)):
+        if rows is None:
+            return read(wanted)
+        if not distinct:
+            distinct.append(keys.select(names).group_by(names).aggregate([]))
+        if not bool(np.all(positions_in(wanted, distinct[0], names) >= 0)):
             return read(wanted)
         return rows_with_keys(rows, wanted, names)
 
