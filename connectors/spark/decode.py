@@ -177,7 +177,7 @@ class BatchDecoder:
         for key in self.plan.connector_metadata:
             arrow_type = self.target.field(key).type
             if key == "file":
-                columns[key] = pa.array([path] * rows.num_rows, type=arrow_type)
+                columns[key] = pa.repeat(pa.scalar(path, arrow_type), rows.num_rows)
             elif key == "line":
                 columns[key] = pc.add(origins.cast(pa.int64()), first_line).cast(arrow_type)
             else:
