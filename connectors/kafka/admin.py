@@ -269,7 +269,8 @@ def batch_offsets(options: KafkaOptions, which: Literal["starting", "ending"]) -
 def stream_starting_offsets(options: KafkaOptions) -> Offsets:
     """Where a new stream starts in every partition (default latest); endingOffsets is rejected."""
     options.offsets_for("ending", "streaming")
-    bounds = offset_bounds(options, discover_partitions(options))
+    with _PlanningClient(options) as client:  # one connection for both questions
+        bounds = _bounds(client, _discover(client))
     return resolve_offsets(options.offsets_for("starting", "streaming"), bounds, which="starting")
 
 

@@ -470,10 +470,17 @@ _OPEN_BRACKET = ord("[")
 _JSON_WHITESPACE = b" \t\r\n"
 #: NaN/Infinity literals, and numbers that could overflow a double (below 10**(digits + exponent)):
 #: Arrow's reader takes them, orjson refuses them (checked, message by message, where this matches).
-_SUSPICIOUS = r"[:,\[][ \t\r\n]*-?(?:NaN|Inf)|[0-9]{150}|[0-9][eE]\+?0*[1-9][0-9][0-9]"
+#: A value starts after ``:``, ``[`` or ``,``: an exponent is looked for in a number there, not in a
+#: string such as a UUID ("123e4567-...", which made every message of a table with one doubtful).
+_SUSPICIOUS = (
+    r"[:,\[][ \t\r\n]*-?(?:NaN|Inf)|[0-9]{150}"
+    r"|[:,\[][ \t\r\n]*-?[0-9]+(?:\.[0-9]+)?[eE]\+?0*[1-9][0-9][0-9]"
+)
 #: Literals RE2 finds at memchr speed (the pattern above goes byte by byte): a block with neither,
 #: no exponent and no long run of digits cannot match it.
 _LITERALS = ("NaN", "Inf")
+#: What counting one long message's brackets costs in Python, as bytes of a pass over the whole block.
+_BYTES_PER_COUNT = 2048
 _EIGHT_DIGITS = np.uint64(0x0101010101010101)
 _DIGIT_RUN = re.compile(rb"[0-9]{150}")
 _SCAN_BYTES = 1 << 18  # a multiple of 64
@@ -564,7 +571,8 @@ class Block:
             messages = _binary(self.data, self.offsets)
             doubtful |= pc.match_substring_regex(messages, _SUSPICIOUS).to_numpy(zero_copy_only=False)
         long = np.flatnonzero(np.diff(self.offsets) > _MAX_BRACKETS)
-        if len(long) and isinstance(self.data, bytes):  # counted where they are, at memchr's speed
+        # A few long messages are counted where they are, at memchr's speed; many, in one pass.
+        if len(long) and isinstance(self.data, bytes) and len(long) * _BYTES_PER_COUNT < len(self.data):
             data, starts, ends = self.data, self.offsets[long].tolist(), self.offsets[long + 1].tolist()
             for at, start, end in zip(long.tolist(), starts, ends, strict=True):
                 doubtful[at] |= data.count(b"{", start, end) + data.count(b"[", start, end) > _MAX_BRACKETS

@@ -24,6 +24,7 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -34,7 +35,7 @@ from cdcflow.connectors.spark.read_plan import plan_read
 from cdcflow.formats import DecodeError, DecodeOutput, Decoder, Message, Schema, parse_ddl, resolve_format
 from cdcflow.formats.base import Headers
 from cdcflow.formats.debezium import envelope as envelope_module
-from cdcflow.formats.debezium.arrow import ColumnarBatch, ColumnarDecoder
+from cdcflow.formats.debezium.arrow import _SUSPICIOUS, ColumnarBatch, ColumnarDecoder
 from cdcflow.formats.debezium.arrow_fill import state_keys
 from cdcflow.formats.debezium.json import converts_as_declared, state_key_fields
 
@@ -730,6 +731,10 @@ FALLBACKS = {
     "nesting deeper than 1024": [
         envelope("c", after=ROW).replace(b'"lsn":1', b'"l":' + b"[" * 1100 + b"]" * 1100)
     ],
+    "nesting deeper than 1024 among many long messages (counted in one pass)": [
+        *(envelope("c", after={**ROW, "id": i, "description": "x" * 1200}) for i in range(8)),
+        envelope("c", after=ROW).replace(b'"lsn":1', b'"l":' + b"[" * 1100 + b"]" * 1100),
+    ],
     "invalid UTF-8 in an ignored field": [envelope("c", after=ROW).replace(b'"lsn":1', b'"x":"\xff"')],
     "UTF-8 of a surrogate in an ignored field": [
         envelope("c", after=ROW).replace(b'"lsn":1', b'"x":"\xed\xa0\x80"')
@@ -753,6 +758,22 @@ def test_what_the_per_record_path_treats_otherwise_falls_back(values: list[bytes
 
 def test_ok_control_for_the_fallback_cases() -> None:
     assert Pair(PRODUCTS + ", f FLOAT").check([envelope("c", after={**ROW, "f": 3.4e38})]) is not None
+
+
+@pytest.mark.parametrize(
+    ("message", "suspicious"),
+    [
+        (b'{"a":1e400}', True),
+        (b'{"a": -1.5E+0400}', True),
+        (b'{"a":[1,\n 2e300]}', True),
+        (b'{"a":NaN}', True),
+        (b'{"a":"123e4567-e89b-12d3-a456-426614174000"}', False),  # a UUID: text, no number
+        (b'{"a":"x:1e99"}', False),
+        (b'{"a":1e99}', False),
+    ],
+)
+def test_an_exponent_is_suspicious_in_a_number_only(message: bytes, suspicious: bool) -> None:
+    assert pc.match_substring_regex(pa.array([message]), _SUSPICIOUS)[0].as_py() is suspicious
 
 
 def test_text_that_only_looks_like_a_literal_or_an_exponent_is_read_columnar() -> None:
