@@ -7,10 +7,12 @@ processes, ~45 ms for the offset log and as much for the commit log of every mic
 Spark's ``FileSystem``-based manager writes the same files through Hadoop's ``FileSystem`` API in
 ~15 ms each. Its rename of a finished log file is a check for the file and then a rename, where
 ``FileContext``'s fails if the file exists: the two differ only for two queries writing one checkpoint
-at once, which the job's checkpoint lease refuses (:mod:`.checkpoint_lease`).
+at once, which the job's checkpoint lease makes rare (:mod:`.checkpoint_lease`: a job that stalled
+past it is taken over and fails at its next batch).
 
-Spark reads ``spark.sql.streaming.checkpointFileManagerClass`` when a query starts (its logs are made
-then), so :func:`local_logs` sets it for that moment only, and leaves a value the user set alone.
+A query keeps a copy of its session's settings from ``start()`` on, and makes its logs with the copy:
+:func:`local_logs` sets ``spark.sql.streaming.checkpointFileManagerClass`` for that moment only, and
+leaves a manager the user chose alone (a session setting, or Hadoop's ``spark.hadoop.`` one).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ def local_logs(session: SparkSession, checkpoint: str) -> Iterator[None]:
         yield
         return
     with _starting:
-        if session.conf.get(MANAGER_KEY, None) is not None:
+        if session.conf.get(MANAGER_KEY, None) is not None or _hadoop_setting(session) is not None:
             yield
             return
         session.conf.set(MANAGER_KEY, FILE_SYSTEM_MANAGER)
@@ -60,3 +62,8 @@ def _has_manager(session: SparkSession) -> bool:
     except Exception:  # noqa: BLE001 - py4j's error for a class this Spark does not have
         return False
     return True
+
+
+def _hadoop_setting(session: SparkSession) -> str | None:
+    value: str | None = session.sparkContext._jsc.hadoopConfiguration().get(MANAGER_KEY)
+    return value

@@ -577,15 +577,30 @@ class Block:
             for at, start, end in zip(long.tolist(), starts, ends, strict=True):
                 doubtful[at] |= data.count(b"{", start, end) + data.count(b"[", start, end) > _MAX_BRACKETS
         elif len(long):
-            view = np.frombuffer(self.data, dtype=np.uint8)
-            brackets = (view == _OPEN_BRACE) | (view == _OPEN_BRACKET)
-            doubtful |= np.add.reduceat(brackets, self.offsets[:-1], dtype=np.int64) > _MAX_BRACKETS
+            doubtful |= _brackets(self.data, self.offsets) > _MAX_BRACKETS
         for index in np.flatnonzero(doubtful):
             try:
                 orjson.loads(self.data[self.offsets[index] : self.offsets[index + 1]])
             except orjson.JSONDecodeError:
                 return False
         return True
+
+
+def _brackets(data: bytes | memoryview, offsets: Positions) -> Positions:
+    """Per message, how many ``{`` and ``[`` it holds: counted in windows of whole messages of about
+    :data:`_SCAN_BYTES` (a flag per byte of a window, not of the block)."""
+    view = np.frombuffer(data, dtype=np.uint8)
+    counts = np.empty(len(offsets) - 1, dtype=np.int64)
+    first = 0
+    while first < len(counts):
+        last = max(first + 1, int(np.searchsorted(offsets, offsets[first] + _SCAN_BYTES, side="right")) - 1)
+        start = offsets[first]
+        part = view[start : offsets[last]]
+        flags = part == _OPEN_BRACE
+        flags |= part == _OPEN_BRACKET
+        counts[first:last] = np.add.reduceat(flags, offsets[first:last] - start, dtype=np.int64)
+        first = last
+    return counts
 
 
 def _may_have_long_number(data: bytes | memoryview) -> bool:

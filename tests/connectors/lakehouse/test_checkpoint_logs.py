@@ -60,20 +60,26 @@ def test_a_local_checkpoint_writes_its_logs_through_the_file_system_api_across_a
     )
 
 
-def test_a_manager_the_user_set_is_kept(spark: SparkSession, tmp_path: Path) -> None:
+@pytest.mark.parametrize("where", ["session", "hadoop"])
+def test_a_manager_the_user_set_is_kept(spark: SparkSession, tmp_path: Path, where: str) -> None:
     source = tmp_path / "in"
     source.mkdir()
     (source / "a.txt").write_text("a\n")
-    spark.conf.set(MANAGER_KEY, FILE_CONTEXT_MANAGER)
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()  # type: ignore[attr-defined]
+    if where == "session":
+        spark.conf.set(MANAGER_KEY, FILE_CONTEXT_MANAGER)
+    else:  # as spark.hadoop.<key> or core-site.xml would
+        hadoop.set(MANAGER_KEY, FILE_CONTEXT_MANAGER)
     try:
         assert _run(spark, source, tmp_path / "checkpoint", scoped=True) == (
             FILE_CONTEXT_MANAGER,
             FILE_CONTEXT_MANAGER,
             1,
         )
-        assert spark.conf.get(MANAGER_KEY) == FILE_CONTEXT_MANAGER
+        assert (spark.conf.get(MANAGER_KEY, None) == FILE_CONTEXT_MANAGER) is (where == "session")
     finally:
         spark.conf.unset(MANAGER_KEY)
+        hadoop.unset(MANAGER_KEY)
 
 
 class _Untouchable:
@@ -84,4 +90,18 @@ class _Untouchable:
 @pytest.mark.parametrize("checkpoint", ["s3a://bucket/checkpoint", "abfss://c@a.dfs.core.windows.net/x"])
 def test_a_checkpoint_on_an_object_store_is_left_to_spark(checkpoint: str) -> None:
     with local_logs(_Untouchable(), checkpoint):  # type: ignore[arg-type]
+        pass
+
+
+class _ConnectSession:
+    """A Spark Connect session as the module sees it: no JVM to ask."""
+
+    _jvm = None
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"the session was used ({name}) through Spark Connect")
+
+
+def test_a_spark_connect_session_keeps_its_servers_setting(tmp_path: Path) -> None:
+    with local_logs(_ConnectSession(), str(tmp_path / "checkpoint")):  # type: ignore[arg-type]
         pass
