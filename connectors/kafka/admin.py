@@ -56,6 +56,12 @@ def discover_partitions(options: KafkaOptions) -> list[TopicPartition]:
         return _discover(client)
 
 
+def subscription_bounds(options: KafkaOptions) -> dict[TopicPartition, tuple[int, int]]:
+    """:func:`offset_bounds` of the partitions the subscription covers now, asked with one client."""
+    with _PlanningClient(options) as client:
+        return _bounds(client, _discover(client))
+
+
 def offset_bounds(
     options: KafkaOptions, partitions: Iterable[TopicPartition]
 ) -> dict[TopicPartition, tuple[int, int]]:
@@ -262,29 +268,26 @@ class _PlanningClient:
 
 def batch_offsets(options: KafkaOptions, which: Literal["starting", "ending"]) -> Offsets:
     """Where a batch read starts or ends in every partition (default earliest / latest)."""
-    bounds = offset_bounds(options, discover_partitions(options))
+    bounds = subscription_bounds(options)
     return resolve_offsets(options.offsets_for(which, "batch"), bounds, which=which)
 
 
 def stream_starting_offsets(options: KafkaOptions) -> Offsets:
     """Where a new stream starts in every partition (default latest); endingOffsets is rejected."""
     options.offsets_for("ending", "streaming")
-    with _PlanningClient(options) as client:  # one connection for both questions
-        bounds = _bounds(client, _discover(client))
+    bounds = subscription_bounds(options)
     return resolve_offsets(options.offsets_for("starting", "streaming"), bounds, which="starting")
 
 
 def latest_offsets(options: KafkaOptions) -> Offsets:
     """The high watermark of every partition the subscription covers now."""
-    with _PlanningClient(options) as client:  # one client, one connection, for both questions
-        bounds = _bounds(client, _discover(client))
-    return {tp: high for tp, (_, high) in bounds.items()}
+    return {tp: high for tp, (_, high) in subscription_bounds(options).items()}
 
 
 def sample_messages(options: KafkaOptions, limit: int) -> Iterator[Message]:
     """Up to ``limit`` records from the start of the partitions, in partition order (for inference)."""
     taken = 0
-    for tp, (low, high) in offset_bounds(options, discover_partitions(options)).items():
+    for tp, (low, high) in subscription_bounds(options).items():
         if taken >= limit:
             return
         rng = OffsetRange(tp.topic, tp.partition, low, min(high, low + limit - taken))

@@ -152,12 +152,12 @@ class TopicScan:
                     yield from read_messages(path)
             self._read = True
             return
-        from cdcflow.connectors.kafka.admin import discover_partitions, offset_bounds
+        from cdcflow.connectors.kafka.admin import subscription_bounds
         from cdcflow.connectors.kafka.options import KafkaOptions, OffsetRange
         from cdcflow.connectors.kafka.reader import read_range
 
         options = KafkaOptions.parse(self.config.source_options())
-        for tp, (low, high) in offset_bounds(options, discover_partitions(options)).items():
+        for tp, (low, high) in subscription_bounds(options).items():
             start = max(low, self._positions.get(tp, low))
             if start < high:
                 yield from read_range(

@@ -420,7 +420,7 @@ def record_topic(options: KafkaOptions | Mapping[str, str], output: str | Path) 
     """Dump the partitions of a subscription from startingOffsets (default earliest) up to endingOffsets
     (default the high watermarks when the recording starts), ordered by topic, partition and offset."""
     opts = options if isinstance(options, KafkaOptions) else KafkaOptions.parse(options)
-    bounds = kafka_admin.offset_bounds(opts, kafka_admin.discover_partitions(opts))
+    bounds = kafka_admin.subscription_bounds(opts)
     start = kafka_offsets.resolve_offsets(opts.offsets_for("starting", "batch"), bounds, which="starting")
     end = kafka_offsets.resolve_offsets(opts.offsets_for("ending", "batch"), bounds, which="ending")
     ranges = kafka_offsets.batch_ranges(start, end)

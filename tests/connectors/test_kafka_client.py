@@ -411,6 +411,7 @@ def test_discover_bounds_and_batch_offsets(
     partitions = kafka_admin.discover_partitions(options)
     assert partitions == [TopicPartition(topic, p) for p in range(3)]
     assert kafka_admin.offset_bounds(options, partitions) == dict.fromkeys(partitions, (0, 10))
+    assert kafka_admin.subscription_bounds(options) == dict.fromkeys(partitions, (0, 10))
     assert kafka_admin.batch_offsets(options, "starting") == dict.fromkeys(partitions, 0)
     assert kafka_admin.batch_offsets(options, "ending") == dict.fromkeys(partitions, 10)
     assert kafka_admin.latest_offsets(options) == dict.fromkeys(partitions, 10)
@@ -483,6 +484,8 @@ def test_pattern_and_assign_subscriptions(kafka_cluster: KafkaCluster) -> None:
     assert kafka_admin.offset_bounds(assigned, kafka_admin.discover_partitions(assigned)) == {
         TopicPartition(f"{prefix}.x", 1): (0, 0)
     }
+    assert kafka_admin.subscription_bounds(assigned) == {TopicPartition(f"{prefix}.x", 1): (0, 0)}
+    assert set(kafka_admin.subscription_bounds(options)) == set(kafka_admin.discover_partitions(options))
 
 
 @pytest.mark.integration

@@ -22,8 +22,8 @@ from pyspark.sql import SparkSession
 from cdcflow.cli import _parser
 from cdcflow.cli.ingest import config_from, settings
 from cdcflow.connectors.errors import CheckpointInUseError
+from cdcflow.connectors.lakehouse import checkpoint_logs, ingest_defaults
 from cdcflow.connectors.lakehouse import ingest as ingest_module
-from cdcflow.connectors.lakehouse import ingest_defaults
 from cdcflow.connectors.lakehouse.checkpoint_lease import LEASE_DIR, STALE_AFTER_S, CheckpointLease
 from cdcflow.connectors.lakehouse.delta.batch import OnTruncate
 from cdcflow.connectors.lakehouse.delta.result import BatchApplied
@@ -612,3 +612,5 @@ def test_a_kafka_topic_shared_by_several_canal_tables_lands_each_in_its_own_tabl
         rows = DeltaTable(str(tmp_path / "lake" / table)).to_pyarrow_table().to_pylist()
         assert [(str(r["k1"]), r["v0"]) for r in rows] == [(d["k1"], d["v0"]) for d in data], table
     assert {s.key for s in summary.tables.values()} == {("k1",)}
+    # Each table's query, started from its own thread, set Spark's checkpoint manager for its start only.
+    assert spark.conf.get(checkpoint_logs.MANAGER_KEY, None) is None
