@@ -36,8 +36,6 @@ _HEX = re.compile(r"[0-9a-fA-F]+")
 _LOW, _HIGH = INTEGER_RANGES[TypeKind.BIGINT]
 #: Digits beyond which a part is out of BIGINT's range whatever they are (no quadratic int() needed).
 _MAX_DIGITS = {10: 19, 16: 16}
-#: The source fields of PostgreSQL's position.
-POSTGRES_FIELDS = ("connector", "sequence", "lsn")
 _PART = r'null|"[0-9]{1,18}"|[0-9]{1,18}'
 #: ``sequence`` as Debezium writes it, ``["<last commit lsn>","<lsn>"]``: the form the columnar path reads
 #: vectorised (as RE2 reads this pattern); other text is read as JSON.

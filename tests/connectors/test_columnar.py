@@ -15,6 +15,7 @@ import importlib.util
 import json
 import pickle
 import random
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -36,6 +38,7 @@ from cdcflow.formats import DecodeError, DecodeOutput, Decoder, Message, Schema,
 from cdcflow.formats.base import Headers
 from cdcflow.formats.debezium import envelope as envelope_module
 from cdcflow.formats.debezium.arrow import _SUSPICIOUS, ColumnarBatch, ColumnarDecoder
+from cdcflow.formats.debezium.arrow_columns import _QUOTED, _quoted_pairs
 from cdcflow.formats.debezium.arrow_fill import state_keys
 from cdcflow.formats.debezium.json import converts_as_declared, state_key_fields
 
@@ -989,6 +992,29 @@ def test_ingest_blocks_with_positions_placeholders_and_key_headers_take_the_colu
     assert [row["unavailable_columns"] for row in rows] == [[], ["description"], [], [], []]
     assert [row["description"] for row in rows][1:3] == [None, "small"]
     assert [row["new_key"] for row in rows] == [None, None, None, '{"id":2}', None]
+
+
+SEQUENCE_TEXT = st.one_of(
+    st.from_regex(_QUOTED, fullmatch=True),
+    st.text(alphabet='[]",0123456789+- \u0661', max_size=30),
+    st.builds(
+        lambda a, b: f'["{a}","{b}"]',
+        st.text(alphabet="0123456789+- \u0661", max_size=20),
+        st.text("0123456789", max_size=20),
+    ),
+)
+
+
+@given(st.lists(SEQUENCE_TEXT, min_size=1, max_size=4))
+def test_postgres_sequences_are_read_vectorised_exactly_when_every_one_has_the_quoted_form(
+    texts: list[str],
+) -> None:
+    found = _quoted_pairs(pa.array(texts, pa.string()), np.ones(len(texts), dtype=bool))
+    quoted = [re.fullmatch(_QUOTED, text) for text in texts]
+    event("quoted" if all(quoted) else "other")
+    assert (found is not None) == all(quoted)
+    if found is not None:
+        assert found[1].tolist() == [[int(part) for part in text[2:-2].split('","')] for text in texts]
 
 
 def test_one_decoder_reads_postgres_then_other_positions_then_postgres_again() -> None:

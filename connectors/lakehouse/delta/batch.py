@@ -332,17 +332,13 @@ _POS, _FOUND, _KID = "_cdcflow_pos", "_cdcflow_found", "_cdcflow_kid"
 
 
 def group_ids(rows: pa.Table, key: Sequence[str]) -> np.ndarray:
-    """Per row of ``rows``, a dense id of its key: rows with equal keys have equal ids."""
+    """Per row of ``rows``, an id of its key: rows with equal keys have equal ids, ids are below
+    :func:`id_bound` of the row count (an array indexed by them stays small)."""
     combined: np.ndarray | None = None
     radix = 1
     try:
         for column in key:
-            values = rows.column(column).combine_chunks()
-            if pa.types.is_dictionary(values.type):  # its codes may skip unused entries
-                values = values.dictionary_decode()
-            encoded = values.dictionary_encode()
-            size = len(encoded.dictionary) + 1  # a NULL is a value of its own
-            codes = np.asarray(encoded.indices.fill_null(size - 1), dtype=np.int64)
+            codes, size = _codes(rows.column(column).combine_chunks(), id_bound(rows.num_rows))
             if combined is None:
                 combined, radix = codes, size
             elif radix * size < 2**62:
@@ -353,13 +349,35 @@ def group_ids(rows: pa.Table, key: Sequence[str]) -> np.ndarray:
     except pa.ArrowNotImplementedError:  # a nested type: Arrow groups it
         combined = None
     if combined is not None:
-        if len(key) == 1:
+        if radix <= id_bound(rows.num_rows):
             return combined
         return np.asarray(pa.array(combined).dictionary_encode().indices, dtype=np.int64)
     keys = list(key)
     ids = rows.select(keys).group_by(keys, use_threads=False).aggregate([])
     ids = ids.append_column(_KID, pa.array(np.arange(ids.num_rows, dtype=np.int64)))
     return _matched(rows, ids, keys, _KID)
+
+
+def id_bound(rows: int) -> int:
+    """The ids :func:`group_ids` gives ``rows`` rows are below this."""
+    return 4 * rows + 2**16
+
+
+def _codes(values: pa.Array, bound: int) -> tuple[np.ndarray, int]:
+    """Per value, a code (equal for equal values, a NULL one of its own) and how many codes there may be:
+    an integer's offset from the least one when their range is below ``bound``, else a dictionary's."""
+    if pa.types.is_integer(values.type) and len(values) > values.null_count:
+        low, high = (v.as_py() for v in pc.min_max(values).values())
+        if high - low < bound:
+            size = high - low + 2
+            wide = values.cast(pa.int64()) if high < 2**63 else values  # a uint64 beyond int64
+            offsets = pc.subtract(wide, pa.scalar(low, wide.type)).cast(pa.int64()).fill_null(size - 1)
+            return np.asarray(offsets, dtype=np.int64), size
+    if pa.types.is_dictionary(values.type):  # its codes may skip unused entries
+        values = values.dictionary_decode()
+    encoded = values.dictionary_encode()
+    size = len(encoded.dictionary) + 1  # a NULL is a value of its own
+    return np.asarray(encoded.indices.fill_null(size - 1), dtype=np.int64), size
 
 
 def positions_in(rows: pa.Table, known: pa.Table, key: Sequence[str]) -> np.ndarray:
