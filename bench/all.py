@@ -9,10 +9,11 @@ the default ``unavailable-values=fill`` and with ``report``), bench/ingest_datab
 8 tables in one job against a job per table, and one table of as many changes) and bench/auto_cdc.py
 (Spark's Declarative Pipelines ``create_auto_cdc_flow`` into Delta Lake: where Spark refuses it, the
 table says why). Each bench interleaves its contenders (A B A B), leaves its warm-up round out and
-measures ≥ 3 rounds; the table shows each contender's median rate, its ratio to the comparison's
-baseline (median time over median time) and the ratio of every round.
+measures ≥ 3 rounds (5 by default: on a 2-core machine a median of 3 moved by ±15% between runs); the
+table shows each contender's median rate, its ratio to the comparison's baseline (median time over
+median time) and the ratio of every round.
 
-    .venv/bin/python bench/all.py [--rounds 3] [--only ingest,kafka_spark,ingest_database,auto_cdc]
+    .venv/bin/python bench/all.py [--rounds 5] [--only ingest,kafka_spark,ingest_database,auto_cdc]
         [--markdown FILE]
 """
 
@@ -122,7 +123,7 @@ def markdown(table: list[list[str]]) -> str:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--rounds", type=int, default=3, help="measured rounds of every bench (≥ 3)")
+    parser.add_argument("--rounds", type=int, default=5, help="measured rounds of every bench (≥ 3)")
     parser.add_argument("--only", default=",".join(BENCHES), help=f"some of {', '.join(BENCHES)}")
     parser.add_argument("--markdown", type=Path, help="also write the table as Markdown here")
     args = parser.parse_args(argv)
