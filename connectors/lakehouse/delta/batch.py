@@ -336,22 +336,22 @@ def group_ids(rows: pa.Table, key: Sequence[str]) -> np.ndarray:
     :func:`id_bound` of the row count (an array indexed by them stays small)."""
     combined: np.ndarray | None = None
     radix = 1
+    bound = id_bound(rows.num_rows)
     try:
         for column in key:
-            codes, size = _codes(rows.column(column).combine_chunks(), id_bound(rows.num_rows))
+            codes, size = _codes(rows.column(column).combine_chunks(), bound)
             if combined is None:
                 combined, radix = codes, size
-            elif radix * size < 2**62:
-                combined, radix = combined * size + codes, radix * size
             else:
-                combined = None
-                break
+                if radix * size >= 2**62:
+                    combined, radix = _dense(combined)
+                combined, radix = combined * size + codes, radix * size
+            if radix > bound:
+                combined, radix = _dense(combined)
     except pa.ArrowNotImplementedError:  # a nested type: Arrow groups it
         combined = None
     if combined is not None:
-        if radix <= id_bound(rows.num_rows):
-            return combined
-        return np.asarray(pa.array(combined).dictionary_encode().indices, dtype=np.int64)
+        return combined
     keys = list(key)
     ids = rows.select(keys).group_by(keys, use_threads=False).aggregate([])
     ids = ids.append_column(_KID, pa.array(np.arange(ids.num_rows, dtype=np.int64)))
@@ -361,6 +361,12 @@ def group_ids(rows: pa.Table, key: Sequence[str]) -> np.ndarray:
 def id_bound(rows: int) -> int:
     """The ids :func:`group_ids` gives ``rows`` rows are below this."""
     return 4 * rows + 2**16
+
+
+def _dense(ids: np.ndarray) -> tuple[np.ndarray, int]:
+    """``ids`` renumbered from 0 in order of appearance, and how many there are."""
+    encoded = pa.array(ids).dictionary_encode()
+    return np.asarray(encoded.indices, dtype=np.int64), len(encoded.dictionary)
 
 
 def _codes(values: pa.Array, bound: int) -> tuple[np.ndarray, int]:

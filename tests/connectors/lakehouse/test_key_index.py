@@ -34,7 +34,15 @@ SHAPES = {
         st.tuples(INTS, EXTREMES, UNSIGNED),
     ),
 }
-BATCH_TYPES = {"id": pa.int32(), "code": pa.string(), "wide": pa.int64(), "unsigned": pa.uint64()}
+#: Integers whose offsets are codes: four such columns' combined codes outgrow an int64 unless renumbered.
+SPREAD = st.one_of(st.sampled_from([0, 1, 60_000]), st.none())
+BATCH_TYPES = {
+    "id": pa.int32(),
+    "code": pa.string(),
+    "wide": pa.int64(),
+    "unsigned": pa.uint64(),
+    **{f"spread{i}": pa.int64() for i in range(4)},
+}
 
 
 def _table(keys: list[str], values: list[tuple[Any, ...]], types: dict[str, pa.DataType]) -> pa.Table:
@@ -72,9 +80,16 @@ def test_group_ids_and_positions_agree_with_dicts(shape: str, data: st.DataObjec
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.one_of(INTS, st.none()), EXTREMES, st.one_of(TEXTS, st.none())), max_size=40))
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(INTS, st.none()), EXTREMES, st.one_of(TEXTS, st.none()), SPREAD, SPREAD, SPREAD, SPREAD
+        ),
+        max_size=40,
+    )
+)
 def test_group_ids_of_several_columns_take_a_null_for_a_value_of_its_own(rows: list[tuple[Any, ...]]) -> None:
-    keys = ["id", "wide", "code"]
+    keys = ["id", "wide", "code", "spread0", "spread1", "spread2", "spread3"]
     ids = group_ids(_table(keys, rows, BATCH_TYPES), keys)
     assert ids.max(initial=0) < id_bound(len(rows))
     first: dict[tuple[Any, ...], int] = {}

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 from hypothesis import HealthCheck, given, settings
@@ -131,6 +132,11 @@ def test_a_batch_reads_and_writes_the_key_state_in_memory(tmp_path: Path, monkey
     state = DeltaTable(str(tmp_path / "state"))
     assert state.transaction_version("app") == 2
     assert sorted(r["id"] for r in state.to_pyarrow_table().to_pylist()) == [0, 1, 2, 3]
+    # Written as delta-rs writes its own files: compressed, with statistics to prune by.
+    for name in state.file_uris():
+        column = pq.ParquetFile(name).metadata.row_group(0).column(0)
+        assert column.compression == "SNAPPY"
+        assert column.statistics is not None and column.statistics.has_min_max
 
 
 def _counting(merge: Any, calls: list[int]) -> Any:
