@@ -286,4 +286,7 @@ class _FrameDecode:
         self.read = read
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from cdcflow.connectors.spark.worker_process import prepare_worker
+
+        prepare_worker()
         return _FrameDecoder(self.plan).record_batches(batches)

@@ -8,9 +8,6 @@ executor with a pickled copy of the reader and creates its clients there.
 
 from __future__ import annotations
 
-import functools
-import gc
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -79,8 +76,9 @@ def _read(plan: ReadPlan, partition: InputPartition) -> Iterator[pa.RecordBatch]
         return iter(())
     # Imported here, on executors: the process that plans a stream's offsets never decodes.
     from cdcflow.connectors.spark.decode import BatchDecoder
+    from cdcflow.connectors.spark.worker_process import prepare_worker
 
-    _spare_imports_from_collections()
+    prepare_worker()
 
     split = partition.split
     name = _range_name(split)
@@ -109,18 +107,6 @@ def _read(plan: ReadPlan, partition: InputPartition) -> Iterator[pa.RecordBatch]
     # The table DataFrame.toArrow would give (its types, time zone UTC, small string offsets).
     schema = to_arrow_schema(plan.changelog, timezone="UTC")
     return handoff.write(batches, schema, plan.handoff_path, name, arrow_schema(plan.output))
-
-
-@functools.cache
-def _spare_imports_from_collections() -> None:
-    """A reused Python worker runs a full ``gc.collect()`` after every task (pyspark's daemon.py),
-    over every object the process has imported (pyspark, pyarrow, the decoders): ~0.1 s of CPU a
-    task. Once per worker, with the decoders imported, what is alive is moved out of the collector's
-    reach (after a collection, so no garbage is kept); objects freed by reference counts are freed
-    as before."""
-    if os.environ.get("SPARK_REUSE_WORKER"):
-        gc.collect()
-        gc.freeze()
 
 
 def _range_name(split: FileRange | kafka_options.OffsetRange) -> str:
