@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import platform
 import subprocess
 import sys
 
@@ -37,18 +38,27 @@ def _faults(mode: str) -> tuple[str, int]:
     return out[0], int(out[1])
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")
+GLIBC = pytest.mark.skipif(
+    not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc", reason="glibc's allocator"
+)
+
+
+@GLIBC
 def test_a_worker_that_keeps_its_freed_blocks_reads_chunks_without_faulting_their_pages_again() -> None:
     kept, kept_faults = _faults("kept")
     plain, plain_faults = _faults("plain")
     assert (kept, plain) == ("True", "False")
-    assert plain_faults > 10_000  # 4 MiB blocks mapped and unmapped: a fault per page
+    assert plain_faults > 500  # the heap trimmed and grown again: a fault per page (64 KiB pages: ~3,600)
     assert kept_faults < plain_faults / 20
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")
+@GLIBC
 def test_glibcs_own_settings_in_the_environment_are_left_alone(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"):
+    for name, value in (
+        ("MALLOC_MMAP_THRESHOLD_", str(1 << 20)),
+        ("MALLOC_TRIM_THRESHOLD_", str(1 << 20)),
+        ("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=1048576"),
+    ):
         with monkeypatch.context() as patch:
-            patch.setenv(name, str(1 << 20))
+            patch.setenv(name, value)
             assert not worker_process.keep_freed_memory()
