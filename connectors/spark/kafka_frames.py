@@ -26,6 +26,7 @@ from cdcflow.connectors.spark.accounting import range_name
 from cdcflow.connectors.spark.decode import BLOCK_SIZE, BatchDecoder
 from cdcflow.connectors.spark.options import KAFKA_SOURCE_KEYS
 from cdcflow.connectors.spark.read_plan import INFERENCE_SAMPLE, FrameInput, ReadPlan, plan_read
+from cdcflow.connectors.spark.worker_process import prepare_worker
 from cdcflow.formats.base import Headers, Message
 from cdcflow.formats.debezium.arrow import ColumnarDecoder
 from cdcflow.formats.types import Schema
@@ -286,7 +287,5 @@ class _FrameDecode:
         self.read = read
 
     def __call__(self, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from cdcflow.connectors.spark.worker_process import prepare_worker
-
         prepare_worker()
         return _FrameDecoder(self.plan).record_batches(batches)

@@ -30,6 +30,7 @@ from cdcflow.connectors.spark import handoff
 from cdcflow.connectors.spark.accounting import range_name
 from cdcflow.connectors.spark.arrow_types import arrow_schema
 from cdcflow.connectors.spark.read_plan import KafkaInput, ReadPlan, ReplayInput, columns_ddl
+from cdcflow.connectors.spark.worker_process import prepare_worker
 from cdcflow.formats.base import Message
 from cdcflow.formats.errors import NewColumnsError
 
@@ -76,7 +77,6 @@ def _read(plan: ReadPlan, partition: InputPartition) -> Iterator[pa.RecordBatch]
         return iter(())
     # Imported here, on executors: the process that plans a stream's offsets never decodes.
     from cdcflow.connectors.spark.decode import BatchDecoder
-    from cdcflow.connectors.spark.worker_process import prepare_worker
 
     prepare_worker()
 

@@ -1028,13 +1028,22 @@ def test_one_decoder_reads_postgres_then_other_positions_then_postgres_again() -
     def block(*sources: dict[str, Any]) -> list[bytes | None]:
         return [orjson.dumps({"op": "c", "after": ROW, "source": source}) for source in sources]
 
+    # Debezium before 1.4: no sequence, the lsn alone (not parsed while every event has a sequence).
+    lsn_only = {"connector": "postgresql", "lsn": 30, "ts_ms": 9}
     sequences = []
-    for sources in ((postgres, postgres), (postgres, mysql), (postgres,), (sqlserver, postgres)):
+    for sources in (
+        (postgres, postgres),
+        (postgres, lsn_only),
+        (postgres, mysql),
+        (postgres,),
+        (sqlserver, postgres),
+    ):
         result = pair.check(block(*sources), fresh=False)
         assert result is not None
         sequences.append(result.rows.column("source_sequence").to_pylist())
     assert sequences == [
         [[10, 20], [10, 20]],
+        [[10, 20], [30]],
         [[10, 20], [3, 154, 2]],
         [[10, 20]],
         [[37, 3480, 2, 0, 0, 0, 1], [10, 20]],  # commit_lsn, change_lsn (null: 0s), event_serial_no
